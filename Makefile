@@ -1,0 +1,52 @@
+# Two commands on a fresh Debian 12 machine:
+#   make demo   installs what is missing, then runs the embedded one-machine lab
+#   make test   the same install plus dev dependencies, then the whole test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+LAB_DIR ?= $(CURDIR)/.lab
+DEMO_PKGS := fio redis-server util-linux python3-venv
+TEST_PKGS := $(DEMO_PKGS) postgresql
+
+.PHONY: demo test lint typecheck unit integration bench system-deps system-test-deps clean
+
+demo: system-deps $(VENV)/.installed
+	$(VENV)/bin/labctl --lab-dir $(LAB_DIR) demo
+
+test: system-test-deps $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest tests
+
+unit: $(VENV)/.dev-installed
+	$(VENV)/bin/pytest tests/unit
+
+integration: system-test-deps $(VENV)/.dev-installed
+	$(VENV)/bin/pytest tests/integration
+
+lint: $(VENV)/.dev-installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+bench: system-deps $(VENV)/.installed
+	$(PY) bench/overhead.py
+
+system-deps:
+	@scripts/ensure-packages $(DEMO_PKGS)
+
+system-test-deps:
+	@scripts/ensure-packages $(TEST_PKGS)
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e .
+	@touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $@
+
+clean:
+	rm -rf $(VENV) .lab .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,269 @@
+"""The agent: registers its host, starts/cancels/reports fio attempts, heartbeats.
+
+Task handlers (called from the Celery worker) return at once; a monitor thread watches the
+running fio processes and publishes their end. All state needed to survive a restart is on
+local disk (see :mod:`agents.runner`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labcontract import __version__
+from labcontract.errors import DeviceRefused, FioError, LabError, ProtocolError
+from labcontract.facts import DeclaredDut, HostFacts
+from labcontract.protocol import (
+    EVENTS_STREAM,
+    CancelStep,
+    Event,
+    Heartbeat,
+    Register,
+    ReportStep,
+    StartStep,
+    StepEnded,
+    StepStarted,
+    StepUnknown,
+    decode,
+)
+
+from agents.runner import Attempt, FioRunner
+
+log = logging.getLogger(__name__)
+
+EVENTS_MAXLEN = 200_000
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    host: str
+    broker_url: str
+    state_dir: Path
+    duts: tuple[DeclaredDut, ...]
+    heartbeat_s: float = 3.0
+    poll_s: float = 0.2
+    fio_binary: str = "fio"
+
+
+class EventPublisher:
+    """Appends events to the controller's stream. ``send`` is the only way out of the agent."""
+
+    def __init__(self, client: Any, stream: str = EVENTS_STREAM) -> None:
+        self.client, self.stream = client, stream
+
+    def send(self, event: Event) -> None:
+        self.client.xadd(self.stream, {"data": event.model_dump_json()}, maxlen=EVENTS_MAXLEN,
+                         approximate=True)
+
+
+@dataclass
+class Agent:
+    config: AgentConfig
+    facts: HostFacts
+    runner: FioRunner
+    publish: Callable[[Event], None]
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _last_heartbeat: float = 0.0
+
+    @property
+    def host(self) -> str:
+        return self.config.host
+
+    def _log(self, msg: StartStep | Attempt | None) -> logging.LoggerAdapter[logging.Logger]:
+        if isinstance(msg, Attempt):
+            try:
+                msg = msg.start_message()
+            except (OSError, ValueError):
+                msg = None
+        run, step = (msg.run_id, msg.step_id) if isinstance(msg, StartStep) else ("-", "-")
+        return logging.LoggerAdapter(log, {"run": run, "step": step, "host": self.host})
+
+    # --- life cycle ---------------------------------------------------------------------
+
+    def register(self) -> None:
+        """Announce the host; re-adopt fio processes left from an earlier life of the agent."""
+        with self._lock:
+            pending = self.runner.pending()
+            for attempt in pending:
+                if self.runner.running(attempt):
+                    st = attempt.state()
+                    self._log(attempt).info("re-adopted running fio pid %s (attempt %s)",
+                                            st.get("pid"), attempt.attempt_id)
+                    self.publish(self._started_event(attempt, adopted=True))
+            self.publish(Register(host=self.host, agent_version=__version__, facts=self.facts,
+                                  duts=self.config.duts,
+                                  running=tuple(a.attempt_id for a in pending)))
+        self.check_attempts()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def monitor(self) -> None:
+        """Loop of the monitor thread: end detection, timeouts, heartbeats."""
+        while not self._stop.is_set():
+            try:
+                self.check_attempts()
+                self.heartbeat_if_due()
+            except Exception:  # keep the thread alive through a redis blip; logged
+                log.exception("[host %s] monitor pass failed", self.host)
+            self._stop.wait(self.config.poll_s)
+
+    def heartbeat_if_due(self) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat >= self.config.heartbeat_s:
+            with self._lock:
+                running = tuple(a.attempt_id for a in self.runner.pending())
+            self.publish(Heartbeat(host=self.host, running=running))
+            self._last_heartbeat = now
+
+    def check_attempts(self) -> None:
+        with self._lock:
+            for attempt in self.runner.pending():
+                if self.runner.running(attempt):
+                    if self.runner.overdue(attempt):
+                        self._log(attempt).warning("attempt %s passed its timeout; stopping fio",
+                                                   attempt.attempt_id)
+                        self.runner.stop(attempt, "step timeout reached; fio stopped by the agent")
+                    continue
+                self._report_end(attempt)
+
+    def _report_end(self, attempt: Attempt) -> None:
+        ended = self.runner.collect(attempt, self.host)
+        self.publish(ended)
+        self.runner.mark_reported(attempt)
+        self._log(attempt).info("attempt %s ended: %s exit=%s %s", attempt.attempt_id, ended.outcome,
+                                ended.exit_code, ended.reason)
+
+    def _started_event(self, attempt: Attempt, *, adopted: bool = False) -> StepStarted:
+        st = attempt.state()
+        pid, launched, sha = st.get("pid"), st.get("launched_at"), st.get("job_sha256")
+        return StepStarted(host=self.host, attempt_id=attempt.attempt_id,
+                           pid=pid if isinstance(pid, int) else -1,
+                           fio_started_at=launched if isinstance(launched, float) else time.time(),
+                           job_sha256=sha if isinstance(sha, str) else "", adopted=adopted)
+
+    # --- task handlers -------------------------------------------------------------------
+
+    def dut_for(self, device: str) -> DeclaredDut:
+        for dut in self.config.duts:
+            if device in (dut.path, dut.name, dut.by_id):
+                return dut
+        declared = ", ".join(d.path for d in self.config.duts) or "none"
+        raise DeviceRefused(self.host, device, f"not a declared DUT of this host (declared: {declared})")
+
+    def start_step(self, payload: dict[str, Any]) -> None:
+        try:
+            msg: StartStep = decode(StartStep, payload)
+        except ProtocolError as e:
+            attempt_id = str(payload.get("attempt_id", "?"))
+            log.error("[host %s] rejected start of attempt %s: %s", self.host, attempt_id, e)
+            self.publish(StepEnded(host=self.host, attempt_id=attempt_id, outcome="refused", reason=str(e)))
+            return
+        logger = self._log(msg)
+        if msg.host != self.host:
+            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused",
+                                   reason=f"message for host {msg.host} reached host {self.host}"))
+            return
+        try:
+            dut = self.dut_for(msg.device)
+        except DeviceRefused as e:
+            logger.error("refused attempt %s: %s", msg.attempt_id, e)
+            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused",
+                                   reason=str(e)))
+            return
+        with self._lock:
+            try:
+                attempt, launched = self.runner.start(msg.model_copy(update={"device": dut.path}))
+            except FioError as e:
+                logger.error("attempt %s could not start: %s", msg.attempt_id, e)
+                attempt_or_none = self.runner.get(msg.attempt_id)
+                if attempt_or_none is not None:
+                    self._report_end(attempt_or_none)
+                return
+            if launched:
+                logger.info("attempt %s started fio pid %s on %s", msg.attempt_id,
+                            attempt.state().get("pid"), dut.path)
+                self.publish(self._started_event(attempt))
+            else:
+                logger.info("attempt %s already known; start ignored (redelivery)", msg.attempt_id)
+                self._report(attempt)
+
+    def cancel_step(self, payload: dict[str, Any]) -> None:
+        msg: CancelStep = decode(CancelStep, payload)
+        with self._lock:
+            attempt = self.runner.get(msg.attempt_id)
+            if attempt is None:
+                self.publish(StepUnknown(host=self.host, attempt_id=msg.attempt_id))
+                return
+            if self.runner.running(attempt):
+                self._log(attempt).info("cancelling attempt %s: %s", msg.attempt_id, msg.reason)
+                self.runner.stop(attempt, msg.reason)
+        self.check_attempts()
+
+    def report_step(self, payload: dict[str, Any]) -> None:
+        msg: ReportStep = decode(ReportStep, payload)
+        with self._lock:
+            attempt = self.runner.get(msg.attempt_id)
+            if attempt is None:
+                self.publish(StepUnknown(host=self.host, attempt_id=msg.attempt_id))
+            else:
+                self._report(attempt)
+
+    def _report(self, attempt: Attempt) -> None:
+        """Tell the controller where an attempt stands (running, or its end again)."""
+        if self.runner.running(attempt):
+            self.publish(self._started_event(attempt, adopted=True))
+        else:
+            self.publish(self.runner.collect(attempt, self.host))
+            if not attempt.reported:
+                self.runner.mark_reported(attempt)
+
+
+def make_worker_app(agent: Agent, broker_url: str) -> Any:
+    """The Celery app of one agent: three tasks on the queue ``agent.<host>``."""
+    from celery import Celery
+    from kombu import Queue
+
+    from labcontract.protocol import TASK_CANCEL, TASK_REPORT, TASK_START, agent_queue
+    from labcontract.transport import celery_settings
+
+    app = Celery(f"agent-{agent.host}", set_as_current=False)
+    app.conf.update(celery_settings(broker_url))
+    app.conf.task_queues = [Queue(agent_queue(agent.host))]
+
+    def _guard(fn: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+        def run(msg: dict[str, Any]) -> None:
+            try:
+                fn(msg)
+            except LabError as e:
+                log.error("[host %s] %s", agent.host, e)
+        run.__name__ = fn.__name__
+        return run
+
+    app.task(name=TASK_START, ignore_result=True)(_guard(agent.start_step))
+    app.task(name=TASK_CANCEL, ignore_result=True)(_guard(agent.cancel_step))
+    app.task(name=TASK_REPORT, ignore_result=True)(_guard(agent.report_step))
+    return app
+
+
+def run_agent(agent: Agent, broker_url: str, *, loglevel: str = "INFO",
+              extra_steps: Sequence[Callable[[], None]] = ()) -> None:
+    """Register, start the monitor thread, and consume the host's queue until stopped."""
+    agent.register()
+    monitor = threading.Thread(target=agent.monitor, name="agent-monitor", daemon=True)
+    monitor.start()
+    app = make_worker_app(agent, broker_url)
+    worker = app.Worker(pool="solo", concurrency=1, loglevel=loglevel,
+                        hostname=f"agent@{agent.host}", without_gossip=True, without_mingle=True,
+                        without_heartbeat=True, quiet=True)
+    try:
+        worker.start()
+    finally:
+        agent.stop()
+        monitor.join(timeout=5)

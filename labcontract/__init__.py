@@ -1,0 +1,9 @@
+"""The contract shared by the controller and the agents.
+
+Everything both sides must agree on lives here and nowhere else: the suite schema
+(:mod:`labcontract.suite`), the fio job renderer (:mod:`labcontract.fiojob`), the result
+schema and fio output parser (:mod:`labcontract.fioresult`), host facts
+(:mod:`labcontract.facts`) and the versioned message protocol (:mod:`labcontract.protocol`).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,99 @@
+"""Every exception the project raises on purpose.
+
+    LabError                      base: carries a one-line reason (str(e)) and context
+     ├── ConfigError              bad configuration value or file
+     ├── InputError               user input rejected; holds every Problem found at once
+     │    ├── SuiteError          a suite file that does not validate
+     │    └── SubmissionError     a submission naming an unknown host/device, ...
+     ├── ProtocolError            a message of the wrong shape or protocol version
+     ├── DeviceRefused            an agent refuses a device it has not declared
+     ├── FioError                 fio could not be run, or its output could not be read
+     ├── StoreError               the results store
+     │    └── InvalidTransition   a state-machine transition that is not allowed
+     └── ServiceError             a service (redis, controller) did not answer
+
+Catch :class:`LabError` at the edges (CLI, daemons); everything in between raises the
+most specific class and lets it travel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input: where (a key path such as ``workloads[0].bs``) and what."""
+
+    location: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.message}" if self.location else self.message
+
+
+class LabError(Exception):
+    """Base of the hierarchy. ``str(err)`` is a one-line reason fit for a terminal."""
+
+
+class ConfigError(LabError):
+    def __init__(self, source: str, key: str, message: str) -> None:
+        self.source, self.key, self.message = source, key, message
+        super().__init__(f"{source}: {key}: {message}")
+
+
+class InputError(LabError):
+    """Rejected input. ``problems`` lists every problem found, not just the first."""
+
+    what = "input"
+
+    def __init__(self, source: str, problems: list[Problem]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        n = len(self.problems)
+        head = f"{source}: {n} problem{'s' if n != 1 else ''} in {self.what}"
+        super().__init__(head + "".join(f"\n  {source}: {p}" for p in self.problems))
+
+    @property
+    def summary(self) -> str:
+        return str(self).splitlines()[0]
+
+
+class SuiteError(InputError):
+    what = "suite"
+
+
+class SubmissionError(InputError):
+    what = "submission"
+
+
+class ProtocolError(LabError):
+    def __init__(self, message: str, *, got_version: object = None) -> None:
+        self.got_version = got_version
+        super().__init__(message)
+
+
+class DeviceRefused(LabError):
+    def __init__(self, host: str, device: str, reason: str) -> None:
+        self.host, self.device, self.reason = host, device, reason
+        super().__init__(f"host {host} refuses device {device}: {reason}")
+
+
+class FioError(LabError):
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class StoreError(LabError):
+    pass
+
+
+class InvalidTransition(StoreError):
+    def __init__(self, kind: str, ident: str, current: str, target: str) -> None:
+        self.kind, self.ident, self.current, self.target = kind, ident, current, target
+        super().__init__(f"{kind} {ident}: cannot go from {current} to {target}")
+
+
+class ServiceError(LabError):
+    pass

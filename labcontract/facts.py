@@ -1,0 +1,52 @@
+"""Host facts an agent registers: the provenance every result carries."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class BlockDevice(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str                      # kernel name: sda, nvme0n1, loop3
+    path: str                      # /dev/sda
+    size_bytes: int
+    rotational: bool | None = None
+    model: str | None = None
+    serial: str | None = None
+    firmware: str | None = None
+    wwn: str | None = None
+    by_id: tuple[str, ...] = ()    # /dev/disk/by-id/... links that resolve to this device
+    kind: str | None = None        # disk, loop, part, ...
+    backing_file: str | None = None  # for loop devices
+
+
+class HostFacts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    hostname: str
+    cpu_model: str | None = None
+    cpu_cores: int | None = None        # physical cores
+    cpu_threads: int | None = None      # logical CPUs
+    memory_bytes: int | None = None
+    kernel: str | None = None
+    os: str | None = None               # PRETTY_NAME of /etc/os-release
+    fio_version: str | None = None      # "fio-3.33"
+    block_devices: tuple[BlockDevice, ...] = ()
+
+
+class DeclaredDut(BaseModel):
+    """A device an agent is allowed to run workloads on (and write to)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    path: str
+    kind: Literal["block", "file"]
+    size_bytes: int
+    model: str | None = None
+    serial: str | None = None
+    firmware: str | None = None
+    by_id: str | None = None

@@ -1,0 +1,483 @@
+"""Parse fio ``--output-format=json+`` output into the project's result schema.
+
+The job files agents run (:mod:`labcontract.fiojob`) set ``group_reporting=1``,
+``lat_percentiles=1`` and ``percentile_list=50:90:95:99:99.9:99.99``, so for each direction
+fio reports *total* latency (``lat_ns``: submission + completion) with ``percentile`` and,
+in json+, ``bins`` (histogram: bin value in ns as a string -> count). Only ``lat_ns`` is
+read here; ``clat_ns``/``slat_ns`` (which carry their own bins) are ignored on purpose so
+completion and total latency are never mixed.
+
+How numbers are combined (several ``jobs`` entries, and read + write):
+
+* counts, bytes, IOPS and bandwidth are summed; runtimes take the maximum;
+* latency min/max are the min of mins / max of maxes over parts that did I/O;
+* latency mean is the mean over all I/Os (each part weighted by its sample count ``N``);
+* latency stddev is pooled exactly the way fio pools it for ``group_reporting`` and
+  ``unified_rw_reporting`` (Chan et al. parallel algorithm, ``stat.c:__sum_stat``): fio's
+  reported stddev is the *sample* stddev ``sqrt(S / (n - 1))``, so each part contributes
+  ``S_i = stddev_i**2 * (n_i - 1)`` and the pooled value is::
+
+      mean = sum(n_i * mean_i) / N
+      S    = sum(S_i) + sum(n_i * (mean_i - mean)**2)
+      stddev = sqrt(S / (N - 1))        (0 when N <= 1, as fio prints it)
+
+  This reproduces fio's own ``mixed`` read+write numbers (``unified_rw_reporting=both``).
+* percentiles come from the merged histogram bins with fio's own selection rule
+  (:func:`percentiles_from_bins`), never from averaging percentiles. Without bins (plain
+  ``json`` output) fio's reported percentiles are used only when exactly one part did I/O;
+  otherwise percentiles are omitted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from labcontract.errors import FioError
+
+__all__ = [
+    "PERCENTILE_KEYS",
+    "PERCENTILE_POINTS",
+    "Combined",
+    "DirectionStats",
+    "LatencyStats",
+    "StepMetrics",
+    "parse_fio_output",
+    "percentile_key",
+    "percentiles_from_bins",
+    "pool_mean_stddev",
+    "summary_row",
+]
+
+#: The percentiles the job files ask fio for (same list as ``labcontract.fiojob.PERCENTILES``).
+PERCENTILE_POINTS: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9, 99.99)
+
+
+def percentile_key(point: float) -> str:
+    """``50.0 -> "p50"``, ``99.9 -> "p99.9"``, ``99.99 -> "p99.99"``."""
+    return f"p{point:g}"
+
+
+#: The only keys allowed in ``percentiles_ns``.
+PERCENTILE_KEYS: frozenset[str] = frozenset(percentile_key(p) for p in PERCENTILE_POINTS)
+
+# fio compares the cumulative bin count against ``(long double) p / 100.0 * nr``. On x86-64
+# Linux (where the lab's agents run) long double is the x87 80-bit format: 64-bit significand.
+_LONG_DOUBLE_BITS = 64
+
+
+# --------------------------------------------------------------------------- models
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _check_percentile_keys(value: dict[str, float]) -> dict[str, float]:
+    unknown = sorted(set(value) - PERCENTILE_KEYS)
+    if unknown:
+        allowed = ", ".join(percentile_key(p) for p in PERCENTILE_POINTS)
+        raise ValueError(f"unknown percentile key(s) {', '.join(unknown)}; allowed: {allowed}")
+    return value
+
+
+class LatencyStats(_Model):
+    """Total (submission + completion) latency of one direction, in nanoseconds."""
+
+    min_ns: float = Field(ge=0)
+    mean_ns: float = Field(ge=0)
+    max_ns: float = Field(ge=0)
+    stddev_ns: float = Field(ge=0)
+    samples: int = Field(ge=1)
+    percentiles_ns: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("percentiles_ns")
+    @classmethod
+    def _known_keys(cls, value: dict[str, float]) -> dict[str, float]:
+        return _check_percentile_keys(value)
+
+
+class DirectionStats(_Model):
+    """One direction (read or write), summed over every job entry of the step."""
+
+    ios: int = Field(ge=0)
+    io_bytes: int = Field(ge=0)
+    iops: float = Field(ge=0)
+    bw_bytes: float = Field(ge=0)
+    runtime_ms: int = Field(ge=0)
+    lat: LatencyStats | None = None
+
+
+class Combined(_Model):
+    """Review metrics over both directions. Latency fields are None when no I/O was done."""
+
+    iops: float = Field(ge=0)
+    bw_bytes: float = Field(ge=0)
+    ios: int = Field(ge=0)
+    lat_mean_ns: float | None = None
+    lat_max_ns: float | None = None
+    lat_stddev_ns: float | None = None
+    percentiles_ns: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("percentiles_ns")
+    @classmethod
+    def _known_keys(cls, value: dict[str, float]) -> dict[str, float]:
+        return _check_percentile_keys(value)
+
+
+class StepMetrics(_Model):
+    """Everything the controller keeps from one fio run (one workload step)."""
+
+    fio_version: str
+    jobs: int = Field(ge=1)
+    runtime_ms: int = Field(ge=0)
+    read: DirectionStats
+    write: DirectionStats
+    combined: Combined
+    errors: int
+
+
+# --------------------------------------------------------------------------- pure math
+
+
+def pool_mean_stddev(parts: Iterable[tuple[int, float, float]]) -> tuple[int, float, float]:
+    """Pool ``(count, mean, stddev)`` triples into one ``(count, mean, stddev)``.
+
+    ``stddev`` is fio's sample standard deviation, ``sqrt(S / (n - 1))``; the result uses the
+    same convention (see the module docstring for the formula). Parts with count 0 are
+    ignored; an empty input gives ``(0, 0.0, 0.0)``.
+    """
+    items = list(parts)
+    if any(n < 0 or sd < 0 for n, _, sd in items):
+        raise ValueError("sample counts and standard deviations must not be negative")
+    live = [(n, mean, sd) for n, mean, sd in items if n > 0]
+    total = sum(n for n, _, _ in live)
+    if total == 0:
+        return 0, 0.0, 0.0
+    mean = math.fsum(n * m for n, m, _ in live) / total
+    s = math.fsum(sd * sd * (n - 1) + n * (m - mean) ** 2 for n, m, sd in live)
+    stddev = math.sqrt(s / (total - 1)) if total > 1 else 0.0
+    return total, mean, stddev
+
+
+def _round_significand(x: Fraction, bits: int) -> Fraction:
+    """Round ``x`` to the nearest binary float with a ``bits``-bit significand (ties to even)."""
+    if x == 0:
+        return x
+    sign = -1 if x < 0 else 1
+    x = abs(x)
+    exp = x.numerator.bit_length() - x.denominator.bit_length()
+    if x < Fraction(2) ** exp:
+        exp -= 1
+    scale = Fraction(2) ** (bits - 1 - exp)
+    scaled = x * scale
+    q, r = divmod(scaled.numerator, scaled.denominator)
+    if 2 * r > scaled.denominator or (2 * r == scaled.denominator and q % 2 == 1):
+        q += 1
+    return sign * Fraction(q) / scale
+
+
+def _needed_count(point: float, total: int) -> int:
+    """Smallest cumulative count ``c`` for which fio's test ``c >= p / 100.0 * nr`` holds.
+
+    fio evaluates ``(long double) plist[j] / 100.0 * nr`` (``stat.c:calc_clat_percentiles``);
+    both operations are emulated with correct rounding to the long double significand, so
+    the rare ``p/100*nr`` values that sit on an integer are decided exactly as fio does.
+    """
+    ratio = _round_significand(Fraction(point) / 100, _LONG_DOUBLE_BITS)
+    threshold = _round_significand(ratio * total, _LONG_DOUBLE_BITS)
+    return math.ceil(threshold)
+
+
+def percentiles_from_bins(
+    bins: Mapping[int, int], points: Sequence[float] = PERCENTILE_POINTS
+) -> dict[str, float]:
+    """Percentiles (ns) of a json+ latency histogram, by fio's own rule.
+
+    For each point ``p`` fio reports the value of the first bin (in ascending value order)
+    whose cumulative count reaches ``p / 100 * total``. Keys are ``percentile_key(p)``
+    (``"p50"``, ``"p99.9"``). An empty or all-zero histogram gives ``{}``.
+    """
+    for p in points:
+        if not 0 < p <= 100:
+            raise ValueError(f"percentile point out of range (0, 100]: {p!r}")
+    for value, count in bins.items():
+        if count < 0:
+            raise ValueError(f"negative count {count} in latency bin {value}")
+    ordered = sorted((v, c) for v, c in bins.items() if c > 0)
+    total = sum(c for _, c in ordered)
+    if total == 0:
+        return {}
+    result: dict[str, float] = {}
+    for p in points:
+        need = _needed_count(p, total)
+        cumulative = 0
+        for value, count in ordered:
+            cumulative += count
+            if cumulative >= need:
+                result[percentile_key(p)] = float(value)
+                break
+    return result
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@dataclass
+class _LatPart:
+    """Latency of one job entry in one direction, as fio printed it."""
+
+    n: int
+    mean: float
+    stddev: float
+    min: float
+    max: float
+    bins: dict[int, int] | None
+    percentiles: dict[str, float]
+
+
+@dataclass
+class _DirAcc:
+    ios: int = 0
+    io_bytes: int = 0
+    iops: float = 0.0
+    bw_bytes: float = 0.0
+    runtime_ms: int = 0
+    lat: list[_LatPart] = field(default_factory=list)
+
+
+def _merged_percentiles(parts: Sequence[_LatPart]) -> dict[str, float]:
+    if not parts:
+        return {}
+    if all(p.bins is not None for p in parts):
+        merged: dict[int, int] = {}
+        for part in parts:
+            assert part.bins is not None
+            for value, count in part.bins.items():
+                merged[value] = merged.get(value, 0) + count
+        return percentiles_from_bins(merged)
+    if len(parts) == 1:
+        return dict(parts[0].percentiles)
+    return {}
+
+
+def _latency(parts: Sequence[_LatPart]) -> LatencyStats | None:
+    if not parts:
+        return None
+    n, mean, stddev = pool_mean_stddev((p.n, p.mean, p.stddev) for p in parts)
+    return LatencyStats(
+        min_ns=min(p.min for p in parts),
+        mean_ns=mean,
+        max_ns=max(p.max for p in parts),
+        stddev_ns=stddev,
+        samples=n,
+        percentiles_ns=_merged_percentiles(parts),
+    )
+
+
+class _Reader:
+    """Typed access to the decoded JSON with error messages that say where."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, message: str) -> FioError:
+        return FioError(message, path=self.source)
+
+    def obj(self, parent: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+        value = parent.get(key)
+        if not isinstance(value, dict):
+            raise self.fail(f"{where}.{key}: missing or not an object")
+        return value
+
+    def int_(self, parent: Mapping[str, Any], key: str, where: str) -> int:
+        value = parent.get(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(f"{where}.{key}: expected an integer, got {value!r}")
+        return value
+
+    def num(self, parent: Mapping[str, Any], key: str, where: str) -> float:
+        value = parent.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self.fail(f"{where}.{key}: expected a number, got {value!r}")
+        return float(value)
+
+
+def _decode_reports(text: str, source: str) -> dict[str, Any]:
+    """The last JSON report in ``text``, skipping anything before the first line starting with '{'."""
+    start = -1
+    offset = 0
+    for line in text.splitlines(keepends=True):
+        if line.startswith("{"):
+            start = offset
+            break
+        offset += len(line)
+    if start < 0:
+        what = "empty output" if not text.strip() else "no JSON object found (no line starts with '{')"
+        raise FioError(f"{what}; expected fio --output-format=json+ output", path=source)
+    decoder = json.JSONDecoder()
+    report: object = None
+    pos = start
+    # With --status-interval fio prints one full report after another; the last is final.
+    while pos < len(text) and text[pos] == "{":
+        try:
+            report, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise FioError(
+                f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg} (truncated output?)",
+                path=source,
+            ) from None
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    if not isinstance(report, dict):
+        raise FioError("fio output is not a JSON object", path=source)
+    return report
+
+
+def _read_direction(r: _Reader, job: Mapping[str, Any], name: str, where: str, acc: _DirAcc) -> None:
+    d = r.obj(job, name, where)
+    w = f"{where}.{name}"
+    acc.ios += r.int_(d, "total_ios", w)
+    acc.io_bytes += r.int_(d, "io_bytes", w)
+    acc.iops += r.num(d, "iops", w)
+    acc.bw_bytes += r.num(d, "bw_bytes", w)
+    acc.runtime_ms = max(acc.runtime_ms, r.int_(d, "runtime", w))
+    lat = r.obj(d, "lat_ns", w)
+    wl = f"{w}.lat_ns"
+    n = r.int_(lat, "N", wl)
+    if n <= 0:
+        return
+    bins: dict[int, int] | None = None
+    raw_bins = lat.get("bins")
+    if raw_bins is not None:
+        if not isinstance(raw_bins, dict):
+            raise r.fail(f"{wl}.bins: expected an object")
+        bins = {}
+        for key, count in raw_bins.items():
+            try:
+                value = int(key)
+            except ValueError:
+                raise r.fail(f"{wl}.bins: bin value {key!r} is not an integer") from None
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise r.fail(f"{wl}.bins[{key}]: expected a count, got {count!r}")
+            bins[value] = bins.get(value, 0) + count
+    percentiles: dict[str, float] = {}
+    raw_pct = lat.get("percentile")
+    if raw_pct is not None:
+        if not isinstance(raw_pct, dict):
+            raise r.fail(f"{wl}.percentile: expected an object")
+        for key in raw_pct:
+            try:
+                label = percentile_key(float(key))
+            except ValueError:
+                raise r.fail(f"{wl}.percentile: key {key!r} is not a number") from None
+            if label in PERCENTILE_KEYS:
+                percentiles[label] = r.num(raw_pct, key, f"{wl}.percentile")
+    acc.lat.append(
+        _LatPart(
+            n=n,
+            mean=r.num(lat, "mean", wl),
+            stddev=r.num(lat, "stddev", wl),
+            min=r.num(lat, "min", wl),
+            max=r.num(lat, "max", wl),
+            bins=bins,
+            percentiles=percentiles,
+        )
+    )
+
+
+def _direction(acc: _DirAcc) -> DirectionStats:
+    return DirectionStats(
+        ios=acc.ios,
+        io_bytes=acc.io_bytes,
+        iops=acc.iops,
+        bw_bytes=acc.bw_bytes,
+        runtime_ms=acc.runtime_ms,
+        lat=_latency(acc.lat),
+    )
+
+
+def parse_fio_output(text: str | bytes, *, source: str = "fio output") -> StepMetrics:
+    """Parse fio ``json+`` (or ``json``) output into :class:`StepMetrics`.
+
+    Lines before the first line starting with ``{`` (fio warnings such as ``fio: ...``) are
+    skipped. Every entry of ``jobs`` is merged (see the module docstring). Raises
+    :class:`~labcontract.errors.FioError` with ``path=source`` when the output is empty,
+    not JSON, truncated, has no jobs, or lacks a field the schema needs.
+    """
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", errors="replace")
+    report = _decode_reports(text, source)
+    r = _Reader(source)
+    version = report.get("fio version")
+    if not isinstance(version, str) or not version:
+        raise r.fail("missing 'fio version' (is this fio JSON output?)")
+    jobs = report.get("jobs")
+    if not isinstance(jobs, list):
+        raise r.fail("missing 'jobs' list (is this fio JSON output?)")
+    if not jobs:
+        raise r.fail("fio reported no jobs")
+    read, write = _DirAcc(), _DirAcc()
+    errors = 0
+    for i, job in enumerate(jobs):
+        where = f"jobs[{i}]"
+        if not isinstance(job, dict):
+            raise r.fail(f"{where}: not an object")
+        errors += r.int_(job, "error", where)
+        if "read" not in job and "mixed" in job:
+            raise r.fail(f"{where}: unified_rw_reporting=mixed output has no read/write split")
+        _read_direction(r, job, "read", where, read)
+        _read_direction(r, job, "write", where, write)
+        trim = job.get("trim")
+        if isinstance(trim, dict) and trim.get("total_ios"):
+            raise r.fail(f"{where}.trim: trim I/O is not part of the result schema")
+    read_stats, write_stats = _direction(read), _direction(write)
+    both = read.lat + write.lat
+    n, mean, stddev = pool_mean_stddev((p.n, p.mean, p.stddev) for p in both)
+    combined = Combined(
+        iops=read_stats.iops + write_stats.iops,
+        bw_bytes=read_stats.bw_bytes + write_stats.bw_bytes,
+        ios=read_stats.ios + write_stats.ios,
+        lat_mean_ns=mean if n else None,
+        lat_max_ns=max(p.max for p in both) if both else None,
+        lat_stddev_ns=stddev if n else None,
+        percentiles_ns=_merged_percentiles(both),
+    )
+    return StepMetrics(
+        fio_version=version,
+        jobs=len(jobs),
+        runtime_ms=max(read_stats.runtime_ms, write_stats.runtime_ms),
+        read=read_stats,
+        write=write_stats,
+        combined=combined,
+        errors=errors,
+    )
+
+
+def summary_row(m: StepMetrics) -> dict[str, float]:
+    """A flat row for tables and dashboards; combined latency in microseconds, NaN if absent."""
+    c = m.combined
+
+    def us(ns: float | None) -> float:
+        return ns / 1000.0 if ns is not None else math.nan
+
+    return {
+        "read_iops": m.read.iops,
+        "write_iops": m.write.iops,
+        "iops": c.iops,
+        "read_bw_bytes": m.read.bw_bytes,
+        "write_bw_bytes": m.write.bw_bytes,
+        "bw_bytes": c.bw_bytes,
+        "lat_mean_us": us(c.lat_mean_ns),
+        "lat_max_us": us(c.lat_max_ns),
+        "lat_stddev_us": us(c.lat_stddev_ns),
+        "lat_p50_us": us(c.percentiles_ns.get("p50")),
+        "lat_p99_us": us(c.percentiles_ns.get("p99")),
+        "lat_p99.99_us": us(c.percentiles_ns.get("p99.99")),
+    }

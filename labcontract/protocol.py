@@ -1,0 +1,210 @@
+"""The message protocol between controller and agents, version :data:`PROTOCOL_VERSION`.
+
+Controller -> agent: Celery tasks on the host's queue ``agent.<host>``. They only *start*,
+*cancel* or ask for a *report* of a step attempt; each returns within milliseconds, so no
+broker message is held for the length of a fio run.
+
+Agent -> controller: events appended to the Redis stream :data:`EVENTS_STREAM`, read by the
+controller through a consumer group and acknowledged only after the store has committed
+them. Every event is idempotent on the controller side (keyed by attempt id and state).
+
+CLI -> controller: commands on :data:`COMMANDS_STREAM`, answered on a reply list.
+
+Every message carries ``v``; a receiver rejects a major version it does not speak.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from labcontract.errors import ProtocolError
+from labcontract.facts import DeclaredDut, HostFacts
+from labcontract.suite import Workload
+
+PROTOCOL_VERSION = 1
+
+TASK_START = "lab.agent.start_step"
+TASK_CANCEL = "lab.agent.cancel_step"
+TASK_REPORT = "lab.agent.report_step"
+
+EVENTS_STREAM = "lab:events"
+EVENTS_GROUP = "controller"
+COMMANDS_STREAM = "lab:commands"
+REPLY_PREFIX = "lab:reply:"
+
+
+def agent_queue(host: str) -> str:
+    return f"agent.{host}"
+
+
+def now() -> float:
+    return time.time()
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    v: int = PROTOCOL_VERSION
+
+
+# --- controller -> agent ----------------------------------------------------------------
+
+class StartStep(Message):
+    run_id: str
+    step_id: str
+    attempt_id: str
+    host: str
+    device: str                  # the declared DUT's path on the host
+    job_name: str
+    workload: Workload
+    timeout_s: int               # the agent stops fio past this
+    dispatched_at: float
+
+
+class CancelStep(Message):
+    attempt_id: str
+    reason: str
+
+
+class ReportStep(Message):
+    attempt_id: str
+
+
+# --- agent -> controller ----------------------------------------------------------------
+
+class Artifact(BaseModel):
+    """A file carried inside an event, gzip+base64, with the sha256 of its plain content."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str                    # "fio.json", "job.fio", "fio.stderr"
+    sha256: str
+    size: int
+    content_gz_b64: str
+
+    @classmethod
+    def of(cls, name: str, data: bytes) -> Artifact:
+        return cls(name=name, sha256=hashlib.sha256(data).hexdigest(), size=len(data),
+                   content_gz_b64=base64.b64encode(gzip.compress(data, 6)).decode())
+
+    def content(self) -> bytes:
+        data = gzip.decompress(base64.b64decode(self.content_gz_b64))
+        if hashlib.sha256(data).hexdigest() != self.sha256:
+            raise ProtocolError(f"artifact {self.name}: sha256 does not match its content")
+        return data
+
+
+class Event(Message):
+    host: str
+    sent_at: float = Field(default_factory=now)
+
+
+class Register(Event):
+    type: Literal["register"] = "register"
+    agent_version: str
+    facts: HostFacts
+    duts: tuple[DeclaredDut, ...]
+    running: tuple[str, ...] = ()          # attempt ids it holds (running or unreported)
+
+
+class Heartbeat(Event):
+    type: Literal["heartbeat"] = "heartbeat"
+    running: tuple[str, ...] = ()
+
+
+class StepStarted(Event):
+    type: Literal["step_started"] = "step_started"
+    attempt_id: str
+    pid: int
+    fio_started_at: float
+    job_sha256: str
+    adopted: bool = False                  # re-adopted after an agent restart
+
+
+class StepEnded(Event):
+    """fio has exited (or never could start). ``outcome`` is the agent's view; the controller
+    decides the step's final state after parsing the output."""
+
+    type: Literal["step_ended"] = "step_ended"
+    attempt_id: str
+    outcome: Literal["exited", "refused", "cancelled", "error"]
+    reason: str = ""
+    exit_code: int | None = None
+    fio_started_at: float | None = None
+    fio_ended_at: float | None = None
+    artifacts: tuple[Artifact, ...] = ()
+
+
+class StepUnknown(Event):
+    """Answer to a report request for an attempt the agent has no record of."""
+
+    type: Literal["step_unknown"] = "step_unknown"
+    attempt_id: str
+
+
+AnyEvent = Annotated[
+    Register | Heartbeat | StepStarted | StepEnded | StepUnknown, Field(discriminator="type")
+]
+_EVENT = TypeAdapter(AnyEvent)
+
+
+def check_version(data: dict[str, Any]) -> None:
+    v = data.get("v")
+    if v != PROTOCOL_VERSION:
+        raise ProtocolError(f"protocol version {v!r} is not spoken here (this side speaks "
+                            f"{PROTOCOL_VERSION})", got_version=v)
+
+
+def decode_event(raw: str | bytes) -> Register | Heartbeat | StepStarted | StepEnded | StepUnknown:
+    try:
+        data = TypeAdapter(dict[str, Any]).validate_json(raw)
+        check_version(data)
+        return _EVENT.validate_python(data)
+    except ValidationError as e:
+        raise ProtocolError(f"malformed event: {e.errors()[0]['msg']} at {e.errors()[0]['loc']}") from e
+
+
+def decode(model: type[Message], data: dict[str, Any]) -> Any:
+    """Validate a task payload of the given message type, version first."""
+    check_version(data)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ProtocolError(f"malformed {model.__name__}: {e.errors()[0]['msg']} "
+                            f"at {e.errors()[0]['loc']}") from e
+
+
+# --- CLI -> controller --------------------------------------------------------------------
+
+class Submit(Message):
+    type: Literal["submit"] = "submit"
+    run_id: str
+    suite_source: str              # file name, for error messages
+    suite_text: str
+    host: str
+    device: str
+    runtime_override: int | None = None
+    reply_to: str
+
+
+class Cancel(Message):
+    type: Literal["cancel"] = "cancel"
+    run_id: str
+    reason: str = "cancelled by user"
+    reply_to: str
+
+
+AnyCommand = Annotated[Submit | Cancel, Field(discriminator="type")]
+COMMAND = TypeAdapter(AnyCommand)
+
+
+class Reply(Message):
+    ok: bool
+    run_id: str | None = None
+    errors: tuple[str, ...] = ()

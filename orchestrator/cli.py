@@ -1,0 +1,270 @@
+"""``labctl``: the command line of the lab. Parses options, builds, calls; nothing else."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from labcontract.errors import InputError, LabError
+from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
+
+app = typer.Typer(help="Storage test-lab orchestrator: suites -> runs on lab hosts -> results.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+suite_app = typer.Typer(help="Check and expand suite files.", no_args_is_help=True)
+run_app = typer.Typer(help="Inspect one run.", no_args_is_help=True)
+app.add_typer(suite_app, name="suite")
+app.add_typer(run_app, name="run")
+
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class State:
+    config: LabConfig = LabConfig()
+
+
+def fails_cleanly(fn: F) -> F:
+    """Any LabError ends the command with exit 1 and its reason (every problem, for input)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as e:
+            err.print(f"error: {e}", markup=False, highlight=False)
+            raise typer.Exit(1) from None
+        except LabError as e:
+            err.print(f"error: {e}", markup=False, highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@app.callback()
+def main_options(
+    lab_dir: Annotated[Path, typer.Option(envvar="LAB_DIR", help="Lab state: store, artifacts, logs.")]
+    = DEFAULT_LAB_DIR,
+    broker: Annotated[str, typer.Option(envvar="LAB_BROKER_URL", help="Redis URL (Celery broker and streams).")]
+    = DEFAULT_BROKER,
+    store: Annotated[str | None, typer.Option(envvar="LAB_STORE_URL",
+                                              help="Results store URL (default: SQLite in the lab dir).")] = None,
+) -> None:
+    State.config = LabConfig(lab_dir=lab_dir, broker_url=broker, store_url=store)
+
+
+def _sessions(required: bool = True) -> Any:
+    from orchestrator.store.db import make_engine, require_schema, sessions
+
+    engine = make_engine(State.config.db_url)
+    if required:
+        require_schema(engine)
+    return sessions(engine)
+
+
+# --- suites -----------------------------------------------------------------------------------
+
+@suite_app.command("validate")
+@fails_cleanly
+def suite_validate(files: Annotated[list[Path], typer.Argument(help="Suite YAML files.")]) -> None:
+    """Validate suite files; report every problem of every file."""
+    from labcontract.errors import SuiteError
+    from labcontract.suite import load_suite
+
+    failed = 0
+    for f in files:
+        try:
+            suite = load_suite(f)
+        except SuiteError as e:
+            failed += 1
+            err.print(f"error: {e}", markup=False, highlight=False)
+            continue
+        total = sum(w.expected_seconds for w in suite.workloads)
+        out.print(f"{f}: ok: suite {suite.name}, {len(suite.workloads)} workloads, ~{total}s of fio")
+    if failed:
+        raise typer.Exit(1)
+
+
+@suite_app.command("render")
+@fails_cleanly
+def suite_render(
+    file: Path,
+    device: Annotated[str | None, typer.Option(help="DUT path to put in filename= (default: ${LAB_DUT}).")]
+    = None,
+    runtime: Annotated[int | None, typer.Option(help="Override every workload's runtime (s).")] = None,
+) -> None:
+    """Print the exact fio job files a suite expands to."""
+    from labcontract.fiojob import DUT_PLACEHOLDER
+    from labcontract.suite import load_suite
+    from orchestrator.planner import plan
+
+    for step in plan(load_suite(file), device or DUT_PLACEHOLDER, runtime_override=runtime):
+        print(f"### step {step.seq}: {step.name}")
+        print(step.job_text)
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+@app.command()
+@fails_cleanly
+def submit(
+    file: Path,
+    host: Annotated[str, typer.Option(help="Host to run on (as registered by its agent).")],
+    device: Annotated[str, typer.Option(help="Declared DUT on that host: name, path or by-id path.")],
+    runtime: Annotated[int | None, typer.Option(help="Override every workload's runtime (s).")] = None,
+    wait: Annotated[bool, typer.Option(help="Wait for the run to end and print its results.")] = False,
+) -> None:
+    """Queue a suite on a host's device; prints the run id."""
+    from labcontract.transport import redis_client
+    from orchestrator.client import ControllerClient, check_submission
+
+    suite = check_submission(file, host, device, _sessions())
+    run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(suite, host, device, runtime)
+    if reply is None:
+        err.print("warning: the controller has not answered yet; the submission waits in the broker")
+    print(run_id)
+    if wait:
+        from orchestrator.watch import wait_run
+
+        raise typer.Exit(wait_run(_sessions(), run_id, out))
+
+
+@app.command()
+@fails_cleanly
+def cancel(run: str, reason: Annotated[str, typer.Option()] = "cancelled by user") -> None:
+    """Cancel a queued or running run."""
+    from labcontract.errors import LabError as _LabError
+    from labcontract.transport import redis_client
+    from orchestrator.client import ControllerClient
+    from orchestrator.queries import resolve_run_id
+
+    with _sessions()() as s:
+        rid = resolve_run_id(s, run)
+    reply = ControllerClient(redis_client(State.config.broker_url)).cancel(rid, reason)
+    if reply is None:
+        raise _LabError("the controller did not answer; is it running?")
+    if not reply.ok:
+        raise _LabError("; ".join(reply.errors))
+    print(f"{rid} cancelled")
+
+
+@app.command()
+@fails_cleanly
+def runs(limit: Annotated[int, typer.Option()] = 30) -> None:
+    """List runs, newest first."""
+    import time
+
+    from orchestrator.queries import list_runs
+
+    table = Table("run", "suite", "target", "state", "steps", "submitted", "reason")
+    with _sessions()() as s:
+        for r, done, total in list_runs(s, limit):
+            table.add_row(r.id, r.suite_name, f"{r.host}:{r.device}", r.state, f"{done}/{total}",
+                          time.strftime("%m-%d %H:%M:%S", time.localtime(r.submitted_at)), r.reason[:60])
+    out.print(table)
+
+
+@run_app.command("show")
+@fails_cleanly
+def run_show(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
+    """Steps, states and the metrics table of a run."""
+    from orchestrator.queries import run_detail
+    from orchestrator.report import print_run
+
+    with _sessions()() as s:
+        print_run(out, run_detail(s, run))
+
+
+@run_app.command("report")
+@fails_cleanly
+def run_report(run: str) -> None:
+    """Write the run's Markdown report (results, platform, artifacts); print its path."""
+    from orchestrator.queries import run_detail
+    from orchestrator.report import write_markdown
+
+    with _sessions()() as s:
+        print(write_markdown(run_detail(s, run), State.config.report_dir, State.config.artifact_dir))
+
+
+@app.command()
+@fails_cleanly
+def hosts() -> None:
+    """Registered hosts, their state and declared DUTs."""
+    import time
+
+    from orchestrator.queries import list_hosts
+
+    table = Table("host", "state", "last heartbeat", "CPU", "mem GiB", "OS", "fio", "DUTs")
+    with _sessions()() as s:
+        for h in list_hosts(s):
+            age = time.time() - (h.last_seen or 0)
+            f = h.facts
+            duts = ", ".join(f"{d.name}={d.path}" for d in h.devices if d.declared)
+            table.add_row(h.name, "up" if age <= ControllerTuning().heartbeat_timeout_s else "DOWN",
+                          f"{age:.0f}s ago", f"{f.get('cpu_model')} ({f.get('cpu_cores')}c)",
+                          f"{(f.get('memory_bytes') or 0) / 2**30:.1f}", str(f.get("os")),
+                          str(f.get("fio_version")), duts)
+    out.print(table)
+
+
+# --- daemons ------------------------------------------------------------------------------------
+
+@app.command()
+@fails_cleanly
+def controller(log_level: Annotated[str, typer.Option()] = "INFO",
+               heartbeat_timeout: Annotated[float, typer.Option(help="Seconds of silence before a host "
+                                                                    "is down.")] = 10.0) -> None:
+    """Run the controller daemon (the store's only writer)."""
+    from orchestrator.cmd.controller import main
+
+    main(State.config, ControllerTuning(heartbeat_timeout_s=heartbeat_timeout), log_level=log_level)
+
+
+@app.command()
+@fails_cleanly
+def agent(
+    dut: Annotated[list[str], typer.Option(help="Declared DUT: NAME=PATH or PATH (repeat).")],
+    host: Annotated[str | None, typer.Option(help="Host name (default: hostname).")] = None,
+    state_dir: Annotated[Path | None, typer.Option(help="Local state (attempts, fio output).")] = None,
+    heartbeat: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 3.0,
+    fio: Annotated[str, typer.Option(help="fio binary.")] = "fio",
+    log_level: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """Run the agent daemon on a lab host."""
+    from agents.cmd.agent import AgentOptions, main
+
+    main(AgentOptions(broker_url=State.config.broker_url,
+                      state_dir=state_dir or State.config.lab_dir / "agent", dut_specs=tuple(dut),
+                      host=host, heartbeat_s=heartbeat, fio_binary=fio, log_level=log_level))
+
+
+@app.command()
+@fails_cleanly
+def demo(
+    runtime: Annotated[int, typer.Option(help="Seconds per workload.")] = 3,
+    size_mib: Annotated[int, typer.Option(help="Size of the file-backed DUT.")] = 512,
+    reuse_broker: Annotated[bool, typer.Option(help="Use --broker if it answers instead of starting "
+                                                    "a redis-server.")] = False,
+) -> None:
+    """Start a one-machine lab (redis, controller, agent, file-backed DUT) and run a short suite."""
+    from orchestrator.demo import run_demo
+
+    raise typer.Exit(run_demo(State.config, out, runtime=runtime, size_mib=size_mib,
+                              reuse_broker=reuse_broker))
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    app(prog_name="labctl")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""What the CLI does against a running lab: validate, submit and cancel through the controller.
+
+The CLI never writes the store; it sends commands on the controller's stream and waits for
+the answer. Reads (runs, hosts) go to the store directly, read-only.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import redis
+from sqlalchemy.orm import Session, sessionmaker
+
+from labcontract.errors import Problem, ServiceError, SubmissionError, SuiteError
+from labcontract.protocol import COMMANDS_STREAM, REPLY_PREFIX, Cancel, Message, Reply, Submit
+from labcontract.suite import Suite, load_suite
+from orchestrator.controller import new_run_id, submission_problems
+
+
+def check_submission(path: Path, host: str, device: str,
+                     sessions: sessionmaker[Session] | None) -> Suite:
+    """Every problem with a submission at once: the suite file's and the target's."""
+    problems: list[Problem] = []
+    suite = None
+    try:
+        suite = load_suite(path)
+    except SuiteError as e:
+        problems += e.problems
+    if sessions is not None:
+        with sessions() as s:
+            problems += submission_problems(s, host, device)
+    if problems or suite is None:
+        raise SubmissionError(str(path), problems)
+    return suite
+
+
+class ControllerClient:
+    def __init__(self, client: redis.Redis, *, timeout_s: float = 30) -> None:
+        self.redis, self.timeout_s = client, timeout_s
+
+    def _call(self, cmd: Message, reply_to: str) -> Reply | None:
+        try:
+            self.redis.xadd(COMMANDS_STREAM, {"data": cmd.model_dump_json()})
+            got = self.redis.blpop([reply_to], timeout=self.timeout_s)
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise ServiceError(f"cannot reach the broker: {e}") from e
+        if got is None:
+            return None
+        return Reply.model_validate_json(got[1])
+
+    def submit(self, suite: Suite, host: str, device: str, runtime: int | None) -> tuple[str, Reply | None]:
+        run_id = new_run_id()
+        reply_to = REPLY_PREFIX + uuid.uuid4().hex
+        cmd = Submit(run_id=run_id, suite_source=suite.source, suite_text=suite.source_text, host=host,
+                     device=device, runtime_override=runtime, reply_to=reply_to)
+        reply = self._call(cmd, reply_to)
+        if reply is not None and not reply.ok:
+            raise SubmissionError(suite.source, [Problem("", e) for e in reply.errors])
+        return run_id, reply
+
+    def cancel(self, run_id: str, reason: str) -> Reply | None:
+        reply_to = REPLY_PREFIX + uuid.uuid4().hex
+        return self._call(Cancel(run_id=run_id, reason=reason, reply_to=reply_to), reply_to)

@@ -1,0 +1,41 @@
+"""Entry of the controller daemon: open the store once, migrate, build, run until SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from types import FrameType
+
+from labcontract.logs import setup_logging
+from labcontract.transport import redis_client
+from orchestrator.artifacts import ArtifactStore
+from orchestrator.config import ControllerTuning, LabConfig
+from orchestrator.controller import Controller
+from orchestrator.dispatch import Dispatcher
+from orchestrator.store.db import make_engine, migrate, sessions
+
+log = logging.getLogger(__name__)
+
+
+def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO") -> None:
+    setup_logging(log_level, host="controller")
+    engine = make_engine(config.db_url)
+    migrate(engine)
+    dispatcher = Dispatcher(config.broker_url, expires_s=tuning.dispatch_expires_s)
+    controller = Controller(sessions(engine), redis_client(config.broker_url), dispatcher,
+                            ArtifactStore(config.artifact_dir), tuning)
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping after this pass", signum)
+        controller.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    log.info("controller up: store %s, broker %s", engine.url.render_as_string(hide_password=True),
+             config.broker_url)
+    try:
+        controller.run_forever()
+    finally:
+        dispatcher.close()
+        engine.dispose()
+        log.info("controller stopped")

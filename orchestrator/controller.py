@@ -1,0 +1,490 @@
+"""The controller: the store's only writer.
+
+One loop, one thread:
+
+1. read agent events and CLI commands from their Redis streams (consumer group, so
+   nothing read is lost across a restart: entries are acknowledged after the commit),
+2. apply each in its own transaction (idempotent: an event for an attempt that already
+   ended changes nothing),
+3. schedule: dispatch the next step of every run whose host is up and whose device is free,
+4. watch: re-send starts nobody took, mark steps LOST when their host goes silent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from labcontract.errors import FioError, LabError, Problem, ProtocolError, SubmissionError, SuiteError
+from labcontract.fioresult import parse_fio_output
+from labcontract.protocol import (
+    COMMAND,
+    COMMANDS_STREAM,
+    EVENTS_GROUP,
+    EVENTS_STREAM,
+    PROTOCOL_VERSION,
+    Cancel,
+    CancelStep,
+    Heartbeat,
+    Register,
+    Reply,
+    ReportStep,
+    StartStep,
+    StepEnded,
+    StepStarted,
+    StepUnknown,
+    Submit,
+    check_version,
+    decode_event,
+)
+from labcontract.suite import Workload, parse_suite
+from orchestrator.artifacts import ArtifactStore
+from orchestrator.config import ControllerTuning
+from orchestrator.dispatch import Dispatcher
+from orchestrator.planner import plan
+from orchestrator.states import (
+    ACTIVE_STEP,
+    TERMINAL_RUN,
+    TERMINAL_STEP,
+    RunState,
+    StepState,
+    check_run,
+    check_step,
+)
+from orchestrator.store.models import Artifact, Attempt, Device, Host, Result, Run, Step
+
+log = logging.getLogger(__name__)
+CONSUMER = "controller-1"
+REPLY_TTL_S = 300
+
+
+def new_run_id() -> str:
+    return time.strftime("r%Y%m%d-") + uuid.uuid4().hex[:6]
+
+
+def find_device(host: Host, device: str) -> Device | None:
+    for d in host.devices:
+        if device in (d.name, d.path, d.by_id) and d.declared:
+            return d
+    return None
+
+
+def submission_problems(session: Session, host_name: str, device: str) -> list[Problem]:
+    """What is wrong with running on (host, device), judged by what agents registered."""
+    host = session.get(Host, host_name)
+    if host is None:
+        known = ", ".join(session.scalars(select(Host.name).order_by(Host.name))) or "none registered"
+        return [Problem("--host", f"unknown host {host_name!r} (known: {known})")]
+    if find_device(host, device) is None:
+        declared = ", ".join(f"{d.name} ({d.path})" for d in host.devices if d.declared) or "none"
+        return [Problem("--device", f"{device!r} is not a declared DUT of host {host_name} "
+                                    f"(declared: {declared})")]
+    return []
+
+
+class Controller:
+    def __init__(self, sessions: sessionmaker[Session], client: redis.Redis, dispatcher: Dispatcher,
+                 artifacts: ArtifactStore, tuning: ControllerTuning | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.sessions, self.redis, self.dispatcher = sessions, client, dispatcher
+        self.artifacts = artifacts
+        self.tuning = tuning or ControllerTuning()
+        self.clock = clock
+        self._stopping = False
+
+    # --- loop --------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        for stream in (EVENTS_STREAM, COMMANDS_STREAM):
+            try:
+                self.redis.xgroup_create(stream, EVENTS_GROUP, id="0", mkstream=True)
+            except redis.ResponseError as e:
+                if "BUSYGROUP" not in str(e):
+                    raise
+        self._drain(pending=True)     # what a previous life read but did not acknowledge
+        self.reconcile()
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    def run_forever(self) -> None:
+        self.setup()
+        backoff = 0.5
+        while not self._stopping:
+            try:
+                self.step_once()
+                backoff = 0.5
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                log.warning("redis unavailable (%s); retrying in %.1fs", e, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 10)
+
+    def step_once(self) -> None:
+        self._drain(pending=False, block_ms=self.tuning.block_ms)
+        self.schedule()
+        self.watch()
+
+    def _drain(self, *, pending: bool, block_ms: int | None = None) -> None:
+        start = "0" if pending else ">"
+        while True:
+            batches = self.redis.xreadgroup(EVENTS_GROUP, CONSUMER,
+                                            {EVENTS_STREAM: start, COMMANDS_STREAM: start},
+                                            count=200, block=None if pending else block_ms)
+            got = 0
+            for stream, entries in batches or []:
+                for entry_id, fields in entries:
+                    got += 1
+                    self._handle_entry(stream, fields)
+                    self.redis.xack(stream, EVENTS_GROUP, entry_id)
+                    if stream == EVENTS_STREAM:
+                        self.redis.xdel(stream, entry_id)
+            if not got or not pending:
+                return
+
+    def _handle_entry(self, stream: str, fields: dict[str, str]) -> None:
+        raw = fields.get("data", "")
+        try:
+            if stream == EVENTS_STREAM:
+                self.handle_event(decode_event(raw))
+            else:
+                self.handle_command(raw)
+        except ProtocolError as e:
+            log.error("dropped a malformed %s entry: %s", stream, e)
+
+    # --- events from agents ------------------------------------------------------------------------
+
+    def handle_event(self, ev: Register | Heartbeat | StepStarted | StepEnded | StepUnknown) -> None:
+        with self.sessions.begin() as s:
+            if isinstance(ev, Register):
+                self._on_register(s, ev)
+            elif isinstance(ev, Heartbeat):
+                host = s.get(Host, ev.host)
+                if host is not None:
+                    host.last_seen = self.clock()
+            elif isinstance(ev, StepStarted):
+                self._on_started(s, ev)
+            elif isinstance(ev, StepEnded):
+                self._on_ended(s, ev)
+            else:
+                self._on_unknown(s, ev)
+
+    def _on_register(self, s: Session, ev: Register) -> None:
+        host = s.get(Host, ev.host)
+        now = self.clock()
+        if host is None:
+            host = Host(name=ev.host)
+            s.add(host)
+        host.agent_version, host.protocol_version = ev.agent_version, ev.v
+        host.facts = ev.facts.model_dump(mode="json")
+        host.registered_at = host.last_seen = now
+        declared = {d.name: d for d in ev.duts}
+        for dev in host.devices:
+            dev.declared = dev.name in declared
+        existing = {d.name: d for d in host.devices}
+        for dut in ev.duts:
+            dev = existing.get(dut.name) or Device(host=ev.host, name=dut.name)
+            if dev.name not in existing:
+                host.devices.append(dev)
+            dev.path, dev.kind, dev.size_bytes = dut.path, dut.kind, dut.size_bytes
+            dev.model, dev.serial, dev.firmware, dev.by_id = dut.model, dut.serial, dut.firmware, dut.by_id
+            dev.declared = True
+        log.info("host registered: %s (agent %s, %d DUT(s))", ev.host, ev.agent_version, len(ev.duts),
+                 extra={"host": ev.host})
+        # Ask where every attempt we think is on this host stands: re-adoption and ends
+        # reported while we were away come back through the normal event path.
+        for att in self._active_attempts(s, ev.host):
+            if att.id not in ev.running:
+                self.dispatcher.report(ev.host, ReportStep(attempt_id=att.id))
+
+    def _active_attempts(self, s: Session, host: str | None = None) -> list[Attempt]:
+        q = select(Attempt).where(Attempt.state.in_([str(x) for x in ACTIVE_STEP]))
+        if host is not None:
+            q = q.where(Attempt.host == host)
+        return list(s.scalars(q))
+
+    def _attempt(self, s: Session, attempt_id: str) -> Attempt | None:
+        att = s.get(Attempt, attempt_id)
+        if att is None:
+            log.warning("event for unknown attempt %s ignored", attempt_id)
+        return att
+
+    def _ctx(self, att: Attempt) -> dict[str, str]:
+        return {"run": att.step.run_id, "step": att.step.name, "host": att.host}
+
+    def _move(self, att: Attempt, target: StepState, reason: str = "") -> None:
+        check_step("attempt", att.id, att.state, target)
+        att.state = str(target)
+        step = att.step
+        if step.state != target:
+            check_step("step", step.id, step.state, target)
+            step.state = str(target)
+        if reason:
+            att.reason = step.reason = reason
+        if target in TERMINAL_STEP:
+            att.ended_at = step.ended_at = self.clock()
+
+    def _on_started(self, s: Session, ev: StepStarted) -> None:
+        att = self._attempt(s, ev.attempt_id)
+        if att is None or att.state in TERMINAL_STEP or att.state == StepState.RUNNING:
+            return
+        att.pid, att.fio_started_at = ev.pid, ev.fio_started_at
+        att.started_at = att.started_at or self.clock()
+        self._move(att, StepState.RUNNING, "")
+        what = "re-adopted after an agent restart" if ev.adopted else "started"
+        log.info("fio %s (pid %s)", what, ev.pid, extra=self._ctx(att))
+
+    def _on_unknown(self, s: Session, ev: StepUnknown) -> None:
+        att = self._attempt(s, ev.attempt_id)
+        if att is None or att.state in TERMINAL_STEP:
+            return
+        if att.state == StepState.DISPATCHED:
+            return  # the start may still be on its way; watch() re-sends it when overdue
+        self._move(att, StepState.FAILED, "the agent has no record of this attempt (state lost)")
+        log.error("attempt %s failed: agent has no record of it", att.id, extra=self._ctx(att))
+        self._finish_run_if_done(att.step.run)
+
+    def _on_ended(self, s: Session, ev: StepEnded) -> None:
+        att = self._attempt(s, ev.attempt_id)
+        if att is None or att.state in TERMINAL_STEP:
+            return   # duplicate report: already applied
+        att.exit_code = ev.exit_code
+        att.fio_started_at = att.fio_started_at or ev.fio_started_at
+        att.fio_ended_at = ev.fio_ended_at
+        stored: dict[str, bytes] = {}
+        for art in ev.artifacts:
+            data = art.content()
+            rel, sha = self.artifacts.put(data, art.sha256)
+            s.add(Artifact(attempt_id=att.id, name=art.name, sha256=sha, size=len(data), path=rel))
+            stored[art.name] = data
+        run = att.step.run
+        if ev.outcome == "refused":
+            self._move(att, StepState.FAILED, f"refused by agent: {ev.reason}")
+            self._abandon_rest(run, f"not run: an earlier step was refused ({ev.reason})")
+        elif ev.outcome == "cancelled":
+            self._move(att, StepState.CANCELLED, ev.reason or "cancelled")
+        elif ev.outcome == "error" or ev.exit_code != 0:
+            tail = stored.get("fio.stderr", b"").decode(errors="replace").strip().splitlines()[-3:]
+            why = ev.reason or f"fio exited with code {ev.exit_code}"
+            self._move(att, StepState.FAILED, why + (": " + " | ".join(tail) if tail else ""))
+        else:
+            try:
+                metrics = parse_fio_output(stored.get("fio.json", b""), source=f"attempt {att.id} fio.json")
+            except FioError as e:
+                self._move(att, StepState.FAILED, str(e))
+            else:
+                self._store_result(s, att, metrics)
+                self._move(att, StepState.SUCCEEDED)
+        log.info("step ended: %s %s", att.state, att.reason, extra=self._ctx(att))
+        self._finish_run_if_done(run)
+
+    def _store_result(self, s: Session, att: Attempt, metrics: Any) -> None:
+        host = s.get(Host, att.host)
+        device = find_device(host, att.device) if host else None
+        c, r, w = metrics.combined, metrics.read, metrics.write
+        provenance = {
+            "host": host.facts if host else {},
+            "agent_version": host.agent_version if host else None,
+            "device": {k: getattr(device, k) for k in ("name", "path", "kind", "size_bytes", "model",
+                                                       "serial", "firmware", "by_id")} if device else {},
+            "suite_sha256": att.step.run.suite_sha256,
+            "job_sha256": _sha(att.step.job_text),
+        }
+        s.add(Result(attempt_id=att.id, step_id=att.step_id, run_id=att.step.run_id,
+                     read_iops=r.iops, write_iops=w.iops, iops=c.iops, read_bw_bytes=r.bw_bytes,
+                     write_bw_bytes=w.bw_bytes, bw_bytes=c.bw_bytes, lat_mean_ns=c.lat_mean_ns,
+                     lat_max_ns=c.lat_max_ns, lat_stddev_ns=c.lat_stddev_ns,
+                     lat_p99_ns=c.percentiles_ns.get("p99"), runtime_ms=metrics.runtime_ms,
+                     fio_version=metrics.fio_version, metrics=metrics.model_dump(mode="json"),
+                     provenance=provenance, created_at=self.clock()))
+
+    def _abandon_rest(self, run: Run, reason: str) -> None:
+        for step in run.steps:
+            if step.state == StepState.PENDING:
+                check_step("step", step.id, step.state, StepState.FAILED)
+                step.state, step.reason, step.ended_at = str(StepState.FAILED), reason, self.clock()
+
+    def _finish_run_if_done(self, run: Run) -> None:
+        if run.state in TERMINAL_RUN or any(st.state not in TERMINAL_STEP for st in run.steps):
+            return
+        failed = [st for st in run.steps if st.state == StepState.FAILED]
+        cancelled = [st for st in run.steps if st.state == StepState.CANCELLED]
+        if run.state == RunState.QUEUED:
+            run.state = str(RunState.RUNNING)
+        if cancelled and run.reason.startswith("cancel"):
+            target, reason = RunState.CANCELLED, run.reason
+        elif failed or cancelled:
+            first = (failed or cancelled)[0]
+            target = RunState.FAILED
+            reason = f"{len(failed)} of {len(run.steps)} steps failed; first: {first.name}: {first.reason}"
+        else:
+            target, reason = RunState.SUCCEEDED, ""
+        run.state = str(check_run(run.id, run.state, target))
+        run.reason, run.ended_at = reason, self.clock()
+        log.info("run ended: %s %s", run.state, reason, extra={"run": run.id, "host": run.host})
+
+    # --- commands from the CLI -----------------------------------------------------------------------
+
+    def handle_command(self, raw: str) -> None:
+        try:
+            data = json.loads(raw)
+            check_version(data)
+            cmd = COMMAND.validate_python(data)
+        except (ValueError, LabError) as e:
+            raise ProtocolError(f"malformed command: {e}") from e
+        if isinstance(cmd, Submit):
+            reply = self.submit(cmd)
+        else:
+            reply = self.cancel(cmd)
+        self.redis.lpush(cmd.reply_to, reply.model_dump_json())
+        self.redis.expire(cmd.reply_to, REPLY_TTL_S)
+
+    def submit(self, cmd: Submit) -> Reply:
+        with self.sessions.begin() as s:
+            if s.get(Run, cmd.run_id) is not None:
+                return Reply(ok=True, run_id=cmd.run_id)     # a re-sent submission
+            problems: list[Problem] = []
+            try:
+                suite = parse_suite(cmd.suite_text, cmd.suite_source)
+            except SuiteError as e:
+                problems += e.problems
+                suite = None
+            problems += submission_problems(s, cmd.host, cmd.device)
+            if problems or suite is None:
+                err = SubmissionError(cmd.suite_source, problems)
+                log.warning("submission %s rejected: %s", cmd.run_id, err.summary)
+                return Reply(ok=False, errors=tuple(str(p) for p in problems))
+            host = s.get(Host, cmd.host)
+            assert host is not None
+            device = find_device(host, cmd.device)
+            assert device is not None
+            run = Run(id=cmd.run_id, suite_name=suite.name, suite_source=cmd.suite_source,
+                      suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=cmd.host,
+                      device=device.path, runtime_override=cmd.runtime_override,
+                      state=str(RunState.QUEUED), submitted_at=self.clock())
+            for p in plan(suite, device.path, runtime_override=cmd.runtime_override):
+                run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}", seq=p.seq, name=p.name,
+                                      workload=p.workload.model_dump(mode="json"), job_text=p.job_text,
+                                      state=str(StepState.PENDING)))
+            s.add(run)
+            log.info("run queued: suite %s, %d steps on %s:%s", suite.name, len(run.steps), cmd.host,
+                     device.path, extra={"run": run.id, "host": cmd.host})
+        return Reply(ok=True, run_id=cmd.run_id)
+
+    def cancel(self, cmd: Cancel) -> Reply:
+        with self.sessions.begin() as s:
+            run = s.get(Run, cmd.run_id)
+            if run is None:
+                return Reply(ok=False, errors=(f"unknown run {cmd.run_id!r}",))
+            if run.state in TERMINAL_RUN:
+                return Reply(ok=False, run_id=run.id, errors=(f"run {run.id} already ended ({run.state})",))
+            run.reason = f"cancelled: {cmd.reason}"
+            for step in run.steps:
+                if step.state == StepState.PENDING:
+                    step.state, step.reason, step.ended_at = str(StepState.CANCELLED), cmd.reason, self.clock()
+                elif step.state in ACTIVE_STEP:
+                    att = step.attempts[-1]
+                    self.dispatcher.cancel(att.host, CancelStep(attempt_id=att.id, reason=cmd.reason))
+            self._finish_run_if_done(run)
+        return Reply(ok=True, run_id=cmd.run_id)
+
+    # --- scheduling and watching ---------------------------------------------------------------------
+
+    def host_up(self, host: Host | None) -> bool:
+        return bool(host and host.last_seen and self.clock() - host.last_seen <= self.tuning.heartbeat_timeout_s)
+
+    def schedule(self) -> None:
+        """Dispatch the next pending step of each run that holds (or may take) its device."""
+        with self.sessions.begin() as s:
+            runs = s.scalars(select(Run).where(Run.state.in_([RunState.QUEUED, RunState.RUNNING]))
+                             .order_by(Run.priority.desc(), Run.submitted_at)).all()
+            busy: set[tuple[str, str]] = set()
+            to_send: list[StartStep] = []
+            for run in runs:
+                key = (run.host, run.device)
+                if key in busy:
+                    continue           # an earlier run holds this device
+                busy.add(key)
+                if any(st.state in ACTIVE_STEP for st in run.steps):
+                    continue
+                nxt = next((st for st in run.steps if st.state == StepState.PENDING), None)
+                if nxt is None or not self.host_up(s.get(Host, run.host)):
+                    continue
+                to_send.append(self._new_attempt(s, run, nxt))
+        for msg in to_send:       # after the commit: a crash here is healed by watch()
+            self.dispatcher.start(msg)
+
+    def _new_attempt(self, s: Session, run: Run, step: Step) -> StartStep:
+        now = self.clock()
+        if run.state == RunState.QUEUED:
+            run.state, run.started_at = str(check_run(run.id, run.state, RunState.RUNNING)), now
+        workload = Workload.model_validate(step.workload)
+        number = len(step.attempts) + 1
+        att = Attempt(id=f"{step.id}-a{number}", number=number, host=run.host, device=run.device,
+                      state=str(StepState.DISPATCHED), dispatch_count=1, dispatched_at=now,
+                      timeout_s=workload.expected_seconds + self.tuning.step_timeout_margin_s)
+        step.attempts.append(att)
+        check_step("step", step.id, step.state, StepState.DISPATCHED)
+        step.state = str(StepState.DISPATCHED)
+        log.info("dispatching attempt %s", att.id, extra={"run": run.id, "step": step.name, "host": run.host})
+        return self._start_msg(run, step, att)
+
+    def _start_msg(self, run: Run, step: Step, att: Attempt) -> StartStep:
+        return StartStep(run_id=run.id, step_id=step.id, attempt_id=att.id, host=att.host,
+                         device=att.device, job_name=step.name,
+                         workload=Workload.model_validate(step.workload),
+                         timeout_s=att.timeout_s, dispatched_at=att.dispatched_at or self.clock())
+
+    def watch(self) -> None:
+        now = self.clock()
+        resend: list[StartStep] = []
+        with self.sessions.begin() as s:
+            hosts = {h.name: h for h in s.scalars(select(Host))}
+            touched: set[str] = set()
+            for att in self._active_attempts(s):
+                up = self.host_up(hosts.get(att.host))
+                if att.state == StepState.RUNNING and not up:
+                    self._move(att, StepState.LOST, f"host {att.host} stopped heartbeating")
+                    log.warning("step LOST: host silent for more than %.0fs", self.tuning.heartbeat_timeout_s,
+                                extra=self._ctx(att))
+                elif (att.state == StepState.DISPATCHED and up and att.dispatched_at is not None
+                      and now - att.dispatched_at > self.tuning.dispatch_expires_s + 5):
+                    if att.dispatch_count >= self.tuning.dispatch_retries:
+                        self._move(att, StepState.FAILED,
+                                   f"agent on {att.host} did not start it after {att.dispatch_count} dispatches")
+                        touched.add(att.step.run_id)
+                    else:
+                        att.dispatch_count += 1
+                        att.dispatched_at = now
+                        resend.append(self._start_msg(att.step.run, att.step, att))
+            for run_id in touched:
+                run = s.get(Run, run_id)
+                if run is not None:
+                    self._finish_run_if_done(run)
+        for msg in resend:
+            log.warning("re-sending start of attempt %s", msg.attempt_id,
+                        extra={"run": msg.run_id, "host": msg.host})
+            self.dispatcher.start(msg)
+
+    def reconcile(self) -> None:
+        """At start: ask agents where every active attempt stands."""
+        with self.sessions() as s:
+            for att in self._active_attempts(s):
+                log.info("asking for the state of attempt %s", att.id, extra=self._ctx(att))
+                self.dispatcher.report(att.host, ReportStep(attempt_id=att.id))
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+__all__ = ["PROTOCOL_VERSION", "Controller", "new_run_id", "submission_problems"]

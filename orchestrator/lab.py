@@ -1,0 +1,200 @@
+"""The embedded lab's moving parts as real processes: redis-server, controller, agents, a DUT.
+
+Used by ``labctl demo``, the integration tests and the benchmarks, so all three exercise
+the same real components the same way. Everything started here is stopped by the same
+object, by pid (and loop devices by their own name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from labcontract.errors import ServiceError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
+    """Wait until ``cond()`` is truthy; raise ServiceError naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise ServiceError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def redis_ping(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1).ping())
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return False
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Dut:
+    path: str             # what the agent declares: /dev/loopN or the file
+    backing: Path
+    loop: str | None = None
+
+
+@dataclass
+class Lab:
+    """Processes of one lab directory; stop() ends exactly what start_* began."""
+
+    root: Path
+    python: str = sys.executable
+    procs: list[Proc] = field(default_factory=list)
+    duts: list[Dut] = field(default_factory=list)
+    broker_url: str | None = None
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "logs").mkdir(exist_ok=True)
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+        log = self.root / "logs" / f"{name}.log"
+        fh = log.open("ab")
+        popen = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, env={**os.environ, **(env or {})})
+        fh.close()
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    # --- redis ------------------------------------------------------------------------
+
+    def start_redis(self, port: int | None = None) -> str:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise ServiceError("redis-server is not installed (apt-get install redis-server)")
+        port = port or free_port()
+        data = self.root / "redis"
+        data.mkdir(exist_ok=True)
+        proc = self._spawn("redis", [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                     "--appendonly", "yes", "--appendfsync", "everysec",
+                                     "--dir", str(data), "--protected-mode", "yes"])
+        url = f"redis://127.0.0.1:{port}/0"
+        wait_for(lambda: redis_ping(url) or _died(proc), 20, f"redis-server on port {port}")
+        self.broker_url = url
+        return url
+
+    # --- daemons ----------------------------------------------------------------------
+
+    def labctl(self) -> list[str]:
+        return [self.python, "-m", "orchestrator.cli"]
+
+    def start_controller(self, store_url: str, *, extra: tuple[str, ...] = ()) -> Proc:
+        assert self.broker_url
+        return self._spawn("controller", [*self.labctl(), "--lab-dir", str(self.root), "--broker",
+                                          self.broker_url, "--store", store_url, "controller", *extra])
+
+    def start_agent(self, host: str, duts: list[str], *, name: str | None = None,
+                    extra: tuple[str, ...] = ()) -> Proc:
+        assert self.broker_url
+        argv = [*self.labctl(), "--lab-dir", str(self.root), "--broker", self.broker_url, "agent",
+                "--host", host, "--state-dir", str(self.root / "agents" / host)]
+        for d in duts:
+            argv += ["--dut", d]
+        return self._spawn(name or f"agent-{host}", [*argv, *extra])
+
+    # --- devices under test -------------------------------------------------------------
+
+    def make_dut(self, name: str, size_mib: int, *, use_loop: bool = True) -> Dut:
+        backing = self.root / f"{name}.img"
+        with backing.open("wb") as f:
+            os.posix_fallocate(f.fileno(), 0, size_mib << 20)
+        loop = None
+        if use_loop and os.geteuid() == 0 and shutil.which("losetup"):
+            res = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(backing)],
+                                 capture_output=True, text=True)
+            if res.returncode == 0:
+                loop = res.stdout.strip()
+        dut = Dut(path=loop or str(backing), backing=backing, loop=loop)
+        self.duts.append(dut)
+        return dut
+
+    # --- teardown -----------------------------------------------------------------------
+
+    def stop_proc(self, proc: Proc, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+        if proc.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.popen.pid, sig)
+            try:
+                proc.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(5)
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs)):
+            self.stop_proc(proc)
+        self._kill_leftover_fio()
+        for dut in self.duts:
+            if dut.loop:
+                subprocess.run(["losetup", "-d", dut.loop], capture_output=True)
+        self.duts.clear()
+
+    def _kill_leftover_fio(self) -> None:
+        """fio runs in its own session (it must outlive an agent restart); at teardown, stop the
+        ones this lab's agents started and that still run, found through their attempt records."""
+        from agents.runner import Attempt
+
+        for state in (self.root / "agents").glob("*/attempts/*/state.json"):
+            attempt = Attempt(state.parent.name, state.parent)
+            pgid = attempt.state().get("pgid")
+            if isinstance(pgid, int) and attempt.alive():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+
+
+def _died(proc: Proc) -> bool:
+    if not proc.alive():
+        raise ServiceError(f"{proc.name} exited with code {proc.popen.returncode}:\n{proc.tail()}")
+    return False
+
+
+@contextlib.contextmanager
+def running_lab(root: Path) -> Iterator[Lab]:
+    lab = Lab(root)
+    try:
+        yield lab
+    finally:
+        lab.stop()

@@ -1,0 +1,60 @@
+"""Read-only views of the store for the CLI and reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from labcontract.errors import StoreError
+from orchestrator.store.models import Attempt, Host, Result, Run, Step
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    run: Run
+    steps: list[Step]
+    results: dict[str, Result]      # step id -> result of its successful attempt
+
+
+def list_runs(s: Session, limit: int = 50) -> list[tuple[Run, int, int]]:
+    """Newest first: (run, steps done, steps total)."""
+    runs = s.scalars(select(Run).options(selectinload(Run.steps)).order_by(Run.submitted_at.desc())
+                     .limit(limit)).all()
+    out = []
+    for r in runs:
+        done = sum(1 for st in r.steps if st.state in ("SUCCEEDED", "FAILED", "CANCELLED"))
+        out.append((r, done, len(r.steps)))
+    return out
+
+
+def resolve_run_id(s: Session, ref: str) -> str:
+    """A run id, or a unique prefix of one, or 'last'."""
+    if ref == "last":
+        rid = s.scalar(select(Run.id).order_by(Run.submitted_at.desc()).limit(1))
+        if rid is None:
+            raise StoreError("no runs in the store yet")
+        return rid
+    matches = list(s.scalars(select(Run.id).where(Run.id.startswith(ref)).limit(2)))
+    if not matches:
+        raise StoreError(f"no run {ref!r} in the store")
+    if len(matches) > 1:
+        raise StoreError(f"run prefix {ref!r} is ambiguous")
+    return matches[0]
+
+
+def run_detail(s: Session, ref: str) -> RunDetail:
+    rid = resolve_run_id(s, ref)
+    run = s.scalars(select(Run).where(Run.id == rid).options(
+        selectinload(Run.steps).selectinload(Step.attempts).selectinload(Attempt.artifacts))).one()
+    results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == rid))}
+    return RunDetail(run=run, steps=list(run.steps), results=results)
+
+
+def list_hosts(s: Session) -> list[Host]:
+    return list(s.scalars(select(Host).options(selectinload(Host.devices)).order_by(Host.name)))
+
+
+def count_runs(s: Session) -> int:
+    return int(s.scalar(select(func.count()).select_from(Run)) or 0)

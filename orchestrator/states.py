@@ -1,0 +1,54 @@
+"""The state machines of runs, steps and attempts, and the only allowed transitions."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from labcontract.errors import InvalidTransition
+
+
+class RunState(StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class StepState(StrEnum):
+    PENDING = "PENDING"          # planned, not dispatched
+    DISPATCHED = "DISPATCHED"    # start sent to the agent's queue
+    RUNNING = "RUNNING"          # agent reported fio started
+    LOST = "LOST"                # agent stopped heartbeating while the step ran
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_RUN = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED})
+TERMINAL_STEP = frozenset({StepState.SUCCEEDED, StepState.FAILED, StepState.CANCELLED})
+ACTIVE_STEP = frozenset({StepState.DISPATCHED, StepState.RUNNING, StepState.LOST})
+
+_RUN = {
+    RunState.QUEUED: {RunState.RUNNING, RunState.CANCELLED, RunState.FAILED},
+    RunState.RUNNING: {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED},
+}
+_STEP = {
+    StepState.PENDING: {StepState.DISPATCHED, StepState.CANCELLED, StepState.FAILED},
+    StepState.DISPATCHED: {StepState.RUNNING, StepState.LOST, *TERMINAL_STEP},
+    StepState.RUNNING: {StepState.LOST, *TERMINAL_STEP},
+    StepState.LOST: {StepState.RUNNING, *TERMINAL_STEP},
+}
+
+
+def check_run(run_id: str, current: str, target: RunState) -> RunState:
+    if target not in _RUN.get(RunState(current), set()):
+        raise InvalidTransition("run", run_id, current, target)
+    return target
+
+
+def check_step(kind: str, ident: str, current: str, target: StepState) -> StepState:
+    """Steps and attempts share one machine (an attempt is a step's current try)."""
+    if target not in _STEP.get(StepState(current), set()):
+        raise InvalidTransition(kind, ident, current, target)
+    return target

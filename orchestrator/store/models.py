@@ -1,0 +1,158 @@
+"""Tables of the results store.
+
+    Host 1─* Device
+    Run 1─* Step 1─* Attempt 1─0..1 Result
+                      Attempt 1─* Artifact
+
+A Run is one submission of a suite against a host and device; its Steps are what the
+suite expands to (the plan); each Step has one or more Attempts (a dispatch to an agent).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Host(Base):
+    __tablename__ = "hosts"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    agent_version: Mapped[str | None] = mapped_column(String(32))
+    protocol_version: Mapped[int | None] = mapped_column(Integer)
+    facts: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    registered_at: Mapped[float | None] = mapped_column(Float)
+    last_seen: Mapped[float | None] = mapped_column(Float)
+    devices: Mapped[list[Device]] = relationship(back_populates="host_row", cascade="all, delete-orphan",
+                                                 order_by="Device.name")
+
+
+class Device(Base):
+    """A declared DUT of a host (what the agent allows runs on)."""
+
+    __tablename__ = "devices"
+    __table_args__ = (UniqueConstraint("host", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    host: Mapped[str] = mapped_column(ForeignKey("hosts.name"))
+    name: Mapped[str] = mapped_column(String(128))
+    path: Mapped[str] = mapped_column(String(512))
+    kind: Mapped[str] = mapped_column(String(16))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    model: Mapped[str | None] = mapped_column(String(128))
+    serial: Mapped[str | None] = mapped_column(String(128))
+    firmware: Mapped[str | None] = mapped_column(String(64))
+    by_id: Mapped[str | None] = mapped_column(String(512))
+    declared: Mapped[bool] = mapped_column(Boolean, default=True)
+    host_row: Mapped[Host] = relationship(back_populates="devices")
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_state", "state"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    suite_name: Mapped[str] = mapped_column(String(128))
+    suite_source: Mapped[str] = mapped_column(String(512))
+    suite_text: Mapped[str] = mapped_column(Text)
+    suite_sha256: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(128))
+    device: Mapped[str] = mapped_column(String(512))
+    runtime_override: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    steps: Mapped[list[Step]] = relationship(back_populates="run", order_by="Step.seq",
+                                             cascade="all, delete-orphan")
+
+
+class Step(Base):
+    __tablename__ = "steps"
+    __table_args__ = (UniqueConstraint("run_id", "seq"), Index("ix_steps_state", "state"))
+
+    id: Mapped[str] = mapped_column(String(48), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(128))
+    workload: Mapped[dict[str, Any]] = mapped_column()
+    job_text: Mapped[str] = mapped_column(Text)          # as rendered for the run's device
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    run: Mapped[Run] = relationship(back_populates="steps")
+    attempts: Mapped[list[Attempt]] = relationship(back_populates="step", order_by="Attempt.number",
+                                                   cascade="all, delete-orphan")
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("step_id", "number"), Index("ix_attempts_state", "state"))
+
+    id: Mapped[str] = mapped_column(String(48), primary_key=True)
+    step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))
+    number: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(128))
+    device: Mapped[str] = mapped_column(String(512))
+    state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    timeout_s: Mapped[int] = mapped_column(Integer)
+    dispatch_count: Mapped[int] = mapped_column(Integer, default=0)
+    dispatched_at: Mapped[float | None] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)       # controller saw it start
+    fio_started_at: Mapped[float | None] = mapped_column(Float)   # agent launched fio
+    fio_ended_at: Mapped[float | None] = mapped_column(Float)     # fio's exit code was written
+    ended_at: Mapped[float | None] = mapped_column(Float)         # result committed
+    pid: Mapped[int | None] = mapped_column(Integer)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    step: Mapped[Step] = relationship(back_populates="attempts")
+    result: Mapped[Result | None] = relationship(back_populates="attempt", uselist=False)
+    artifacts: Mapped[list[Artifact]] = relationship(back_populates="attempt", order_by="Artifact.name")
+
+
+class Result(Base):
+    """The measured figures of one successful attempt, with provenance."""
+
+    __tablename__ = "results"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    attempt_id: Mapped[str] = mapped_column(ForeignKey("attempts.id"), unique=True)
+    step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    read_iops: Mapped[float] = mapped_column(Float)
+    write_iops: Mapped[float] = mapped_column(Float)
+    iops: Mapped[float] = mapped_column(Float)
+    read_bw_bytes: Mapped[float] = mapped_column(Float)
+    write_bw_bytes: Mapped[float] = mapped_column(Float)
+    bw_bytes: Mapped[float] = mapped_column(Float)
+    lat_mean_ns: Mapped[float | None] = mapped_column(Float)
+    lat_max_ns: Mapped[float | None] = mapped_column(Float)
+    lat_stddev_ns: Mapped[float | None] = mapped_column(Float)
+    lat_p99_ns: Mapped[float | None] = mapped_column(Float)
+    runtime_ms: Mapped[int] = mapped_column(Integer)
+    fio_version: Mapped[str] = mapped_column(String(32))
+    metrics: Mapped[dict[str, Any]] = mapped_column()      # full StepMetrics
+    provenance: Mapped[dict[str, Any]] = mapped_column()   # host facts + DUT at the time
+    created_at: Mapped[float] = mapped_column(Float)
+    attempt: Mapped[Attempt] = relationship(back_populates="result")
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("attempt_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    attempt_id: Mapped[str] = mapped_column(ForeignKey("attempts.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    path: Mapped[str] = mapped_column(String(512))   # relative to the artifact root
+    attempt: Mapped[Attempt] = relationship(back_populates="artifacts")
