@@ -157,9 +157,12 @@ def pool_mean_stddev(parts: Iterable[tuple[int, float, float]]) -> tuple[int, fl
     if any(n < 0 or sd < 0 for n, _, sd in items):
         raise ValueError("sample counts and standard deviations must not be negative")
     live = [(n, mean, sd) for n, mean, sd in items if n > 0]
-    total = sum(n for n, _, _ in live)
-    if total == 0:
+    if not live:
         return 0, 0.0, 0.0
+    if len(live) == 1:  # returned as given: no rounding noise for a single job/direction
+        n, mean, sd = live[0]
+        return n, float(mean), float(sd)
+    total = sum(n for n, _, _ in live)
     mean = math.fsum(n * m for n, m, _ in live) / total
     s = math.fsum(sd * sd * (n - 1) + n * (m - mean) ** 2 for n, m, sd in live)
     stddev = math.sqrt(s / (total - 1)) if total > 1 else 0.0

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from labcontract.errors import InputError, LabError
+from labcontract.errors import LabError
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
 
 app = typer.Typer(help="Storage test-lab orchestrator: suites -> runs on lab hosts -> results.",
@@ -24,8 +24,12 @@ app.add_typer(suite_app, name="suite")
 app.add_typer(run_app, name="run")
 
 out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str) -> None:
+    """Errors go to stderr unwrapped: first line the reason, then one line per problem."""
+    print(f"error: {message}", file=sys.stderr)
 
 
 class State:
@@ -39,11 +43,8 @@ def fails_cleanly(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except InputError as e:
-            err.print(f"error: {e}", markup=False, highlight=False)
-            raise typer.Exit(1) from None
         except LabError as e:
-            err.print(f"error: {e}", markup=False, highlight=False)
+            fail(str(e))
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
@@ -85,7 +86,7 @@ def suite_validate(files: Annotated[list[Path], typer.Argument(help="Suite YAML 
             suite = load_suite(f)
         except SuiteError as e:
             failed += 1
-            err.print(f"error: {e}", markup=False, highlight=False)
+            fail(str(e))
             continue
         total = sum(w.expected_seconds for w in suite.workloads)
         out.print(f"{f}: ok: suite {suite.name}, {len(suite.workloads)} workloads, ~{total}s of fio")
@@ -129,7 +130,8 @@ def submit(
     suite = check_submission(file, host, device, _sessions())
     run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(suite, host, device, runtime)
     if reply is None:
-        err.print("warning: the controller has not answered yet; the submission waits in the broker")
+        print("warning: the controller has not answered yet; the submission waits in the broker",
+              file=sys.stderr)
     print(run_id)
     if wait:
         from orchestrator.watch import wait_run

@@ -1,0 +1,184 @@
+"""Fixtures that start real components: redis-server, controller and agent processes, fio,
+loop-device DUTs, PostgreSQL. Everything is started on free ports in a temporary directory
+and stopped (by pid / device name) at the end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from labcontract.protocol import COMMANDS_STREAM, EVENTS_STREAM
+from labcontract.suite import parse_suite
+from labcontract.transport import redis_client
+from orchestrator.client import ControllerClient
+from orchestrator.lab import Dut, Lab, Proc, wait_for
+from orchestrator.queries import RunDetail, run_detail
+from orchestrator.states import TERMINAL_RUN
+from orchestrator.store.db import make_engine, sessions
+from orchestrator.store.models import Host
+
+QUICK_SUITE = """\
+suite: quick
+defaults: {ioengine: libaio, direct: true, runtime: 1s}
+workloads:
+  - {name: 4k-randread, rw: randread, bs: 4k, iodepth: 8}
+  - {name: 8k-randrw, rw: randrw, bs: 8k, rwmixread: 70, iodepth: 4, numjobs: 2}
+"""
+
+
+def one_workload(runtime: int, name: str = "long-randread") -> str:
+    return (f"suite: single\nworkloads:\n  - {{name: {name}, rw: randread, bs: 4k, iodepth: 4, "
+            f"runtime: {runtime}s}}\n")
+
+
+@dataclass
+class LabHandle:
+    lab: Lab
+    store_url: str
+    sessions: sessionmaker[Session]
+    host: str
+    duts: dict[str, Dut]
+    controller: Proc
+    agent: Proc
+
+    @property
+    def broker(self) -> str:
+        assert self.lab.broker_url
+        return self.lab.broker_url
+
+    def redis(self) -> Any:
+        return redis_client(self.broker)
+
+    def submit(self, suite_text: str, device: str = "dut0", *, host: str | None = None,
+               runtime: int | None = None) -> str:
+        suite = parse_suite(suite_text, "test-suite.yaml")
+        run_id, reply = ControllerClient(self.redis(), timeout_s=30).submit(
+            suite, host or self.host, device, runtime)
+        assert reply is not None and reply.ok, reply
+        return run_id
+
+    def detail(self, run_id: str) -> RunDetail:
+        with self.sessions() as s:
+            return run_detail(s, run_id)
+
+    def wait_run(self, run_id: str, timeout: float = 90) -> RunDetail:
+        def ended() -> RunDetail | None:
+            self.check_alive()
+            d = self.detail(run_id)
+            return d if d.run.state in TERMINAL_RUN else None
+        result = wait_for(ended, timeout, f"run {run_id} to end", interval=0.1)
+        assert isinstance(result, RunDetail)
+        return result
+
+    def wait_step_state(self, run_id: str, state: str, timeout: float = 30) -> RunDetail:
+        def reached() -> RunDetail | None:
+            d = self.detail(run_id)
+            return d if any(st.state == state for st in d.steps) else None
+        result = wait_for(reached, timeout, f"a step of {run_id} to be {state}", interval=0.05)
+        assert isinstance(result, RunDetail)
+        return result
+
+    def wait_registered(self, timeout: float = 60, *, after: float = 0.0) -> None:
+        def registered() -> bool:
+            self.check_alive()
+            try:
+                with self.sessions() as s:
+                    h = s.get(Host, self.host)
+                    return bool(h and h.registered_at and h.registered_at > after)
+            except Exception:
+                return False
+        wait_for(registered, timeout, f"agent {self.host} to register", interval=0.1)
+
+    def check_alive(self) -> None:
+        for p in (self.controller, self.agent):
+            if p in self.lab.procs and not p.alive():
+                raise AssertionError(f"{p.name} died:\n{p.tail(40)}")
+
+    def restart_agent(self, duts: list[str] | None = None) -> None:
+        t = time.time()
+        self.agent = self.lab.start_agent(self.host, duts or [f"{n}={d.path}" for n, d in self.duts.items()])
+        self.wait_registered(after=t)
+
+    def restart_controller(self) -> None:
+        self.controller = self.lab.start_controller(self.store_url)
+
+    def labctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "orchestrator.cli", "--lab-dir", str(self.lab.root), "--broker",
+                self.broker, "--store", self.store_url, *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=check)
+
+
+def start_lab(root: Path, *, store_url: str | None = None, n_duts: int = 1, size_mib: int = 128,
+              host: str = "testhost") -> LabHandle:
+    lab = Lab(root)
+    lab.start_redis()
+    duts = {f"dut{i}": lab.make_dut(f"dut{i}", size_mib) for i in range(n_duts)}
+    url = store_url or f"sqlite:///{root / 'store.sqlite'}"
+    controller = lab.start_controller(url)
+    agent = lab.start_agent(host, [f"{n}={d.path}" for n, d in duts.items()])
+    engine = make_engine(url)
+    handle = LabHandle(lab, url, sessions(engine), host, duts, controller, agent)
+    try:
+        handle.wait_registered()
+    except BaseException:
+        lab.stop()
+        raise
+    return handle
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
+    """A shared one-host lab (redis, controller, agent, one loop-device DUT) per test module."""
+    handle = start_lab(tmp_path_factory.mktemp("lab"))
+    yield handle
+    handle.lab.stop()
+
+
+@pytest.fixture
+def fresh_lab(tmp_path: Path) -> Iterator[LabHandle]:
+    """A lab of its own, for tests that kill or restart its processes."""
+    handle = start_lab(tmp_path / "lab", n_duts=2)
+    yield handle
+    handle.lab.stop()
+
+
+@pytest.fixture(scope="session")
+def fio_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """Real fio json+ output of the installed fio for a few workloads (1 s each)."""
+    from labcontract.fiojob import render_job
+    from labcontract.suite import parse_suite
+
+    d = tmp_path_factory.mktemp("fio")
+    target = d / "target.img"
+    subprocess.run(["truncate", "-s", "64M", str(target)], check=True)
+    suite = parse_suite(QUICK_SUITE, "quick")
+    out: dict[str, bytes] = {}
+    for w in suite.workloads:
+        job = d / f"{w.name}.fio"
+        job.write_text(render_job(w, str(target)))
+        res = d / f"{w.name}.json"
+        subprocess.run(["fio", "--output-format=json+", f"--output={res}", str(job)], check=True,
+                       capture_output=True, timeout=60)
+        out[w.name] = res.read_bytes()
+    return out
+
+
+def events_tail(url: str, n: int = 50) -> list[dict[str, str]]:
+    r = redis_client(url)
+    return [fields for _id, fields in r.xrevrange(EVENTS_STREAM, count=n)]
+
+
+def unique() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+__all__ = ["COMMANDS_STREAM", "QUICK_SUITE", "LabHandle", "events_tail", "one_workload", "start_lab", "unique"]

@@ -1,0 +1,239 @@
+"""Controller logic on a real SQLite store, with a recording dispatcher in place of Celery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from labcontract.errors import InvalidTransition
+from labcontract.facts import DeclaredDut, HostFacts
+from labcontract.protocol import (
+    Artifact,
+    CancelStep,
+    Heartbeat,
+    Register,
+    ReportStep,
+    StartStep,
+    StepEnded,
+    StepStarted,
+    StepUnknown,
+    Submit,
+)
+from orchestrator.artifacts import ArtifactStore
+from orchestrator.config import ControllerTuning
+from orchestrator.controller import Controller
+from orchestrator.states import StepState, check_step
+from orchestrator.store.db import make_engine, migrate, sessions
+from orchestrator.store.models import Attempt, Result, Run
+
+SUITE = """\
+suite: two
+workloads:
+  - {name: 4k-randread, rw: randread, bs: 4k, iodepth: 8, runtime: 1}
+  - {name: 8k-randrw, rw: randrw, bs: 8k, rwmixread: 70, iodepth: 4, numjobs: 2, runtime: 1}
+"""
+
+
+class RecordingDispatcher:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, Any]] = []
+
+    def start(self, msg: StartStep) -> None:
+        self.sent.append(("start", msg.host, msg))
+
+    def cancel(self, host: str, msg: CancelStep) -> None:
+        self.sent.append(("cancel", host, msg))
+
+    def report(self, host: str, msg: ReportStep) -> None:
+        self.sent.append(("report", host, msg))
+
+    def starts(self) -> list[StartStep]:
+        return [m for kind, _h, m in self.sent if kind == "start"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> tuple[Controller, RecordingDispatcher, Clock, sessionmaker[Session]]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    migrate(engine)
+    db = sessions(engine)
+    disp, clock = RecordingDispatcher(), Clock()
+    ctl = Controller(db, None, disp, ArtifactStore(tmp_path / "art"), ControllerTuning(), clock=clock)  # type: ignore[arg-type]
+    ctl.handle_event(Register(host="h1", agent_version="0.1.0", facts=HostFacts(hostname="h1", fio_version="fio-3.33"),
+                              duts=(DeclaredDut(name="dut0", path="/dev/loop9", kind="block", size_bytes=1 << 30),)))
+    return ctl, disp, clock, db
+
+
+def submit(ctl: Controller, host: str = "h1", device: str = "dut0", run_id: str = "r1") -> Any:
+    return ctl.submit(Submit(run_id=run_id, suite_source="two.yaml", suite_text=SUITE, host=host,
+                             device=device, reply_to="x"))
+
+
+def ended(attempt_id: str, fio_json: bytes, **kw: Any) -> StepEnded:
+    arts = (Artifact.of("fio.json", fio_json), Artifact.of("job.fio", b"[global]\n"))
+    return StepEnded(host="h1", attempt_id=attempt_id, outcome=kw.pop("outcome", "exited"),
+                     exit_code=kw.pop("exit_code", 0), fio_started_at=1.0, fio_ended_at=2.0,
+                     artifacts=arts, **kw)
+
+
+def test_submission_problems_name_host_and_device(env: Any) -> None:
+    ctl, *_ = env
+    r = submit(ctl, host="nohost")
+    assert not r.ok and r.errors == ("--host: unknown host 'nohost' (known: h1)",)
+    r = submit(ctl, device="dut7")
+    assert not r.ok and "--device: 'dut7' is not a declared DUT of host h1 (declared: dut0 (/dev/loop9))" in r.errors
+    bad = ctl.submit(Submit(run_id="r9", suite_source="bad.yaml", suite_text="suite: b\nworkloads:\n"
+                            "  - {name: a, rw: read, bs: 4q}\n", host="nohost", device="d", reply_to="x"))
+    assert not bad.ok and len(bad.errors) == 2   # the suite's problem and the host's, together
+
+
+def test_rejected_submission_creates_nothing(env: Any) -> None:
+    ctl, disp, _clock, db = env
+    submit(ctl, device="nope")
+    ctl.schedule()
+    with db() as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == 0
+    assert disp.sent == []
+
+
+def test_full_run(env: Any, fio_outputs: dict[str, bytes]) -> None:
+    ctl, disp, clock, db = env
+    assert submit(ctl).ok
+    assert submit(ctl).ok          # a re-sent submission is not a second run
+    ctl.schedule()
+    ctl.schedule()                 # one step at a time per device
+    (first,) = disp.starts()
+    assert first.attempt_id == "r1-s000-a1" and first.device == "/dev/loop9"
+    assert first.timeout_s == 1 + ControllerTuning().step_timeout_margin_s
+    ctl.handle_event(StepStarted(host="h1", attempt_id=first.attempt_id, pid=42, fio_started_at=clock.t,
+                                 job_sha256="x"))
+    ctl.handle_event(ended(first.attempt_id, fio_outputs["4k-randread"]))
+    ctl.handle_event(ended(first.attempt_id, b"garbage"))      # duplicate end: ignored
+    ctl.schedule()
+    second = disp.starts()[1]
+    assert second.attempt_id == "r1-s001-a1"
+    ctl.handle_event(ended(second.attempt_id, fio_outputs["8k-randrw"]))
+    with db() as s:
+        run = s.get(Run, "r1")
+        assert run is not None and run.state == "SUCCEEDED"
+        results = s.scalars(select(Result).order_by(Result.step_id)).all()
+        assert len(results) == 2
+        r0, r1 = results
+        assert r0.read_iops > 0 and r0.write_iops == 0 and r0.iops == r0.read_iops
+        assert r1.read_iops > 0 and r1.write_iops > 0
+        assert r1.iops == pytest.approx(r1.read_iops + r1.write_iops)
+        assert r0.lat_mean_ns and r0.lat_p99_ns and r0.lat_max_ns and r0.lat_stddev_ns
+        assert r0.provenance["host"]["fio_version"] == "fio-3.33"
+        assert r0.provenance["device"]["path"] == "/dev/loop9"
+        att = s.get(Attempt, first.attempt_id)
+        assert att is not None and {a.name for a in att.artifacts} == {"fio.json", "job.fio"}
+        for a in att.artifacts:
+            assert len(ctl.artifacts.read(a.path)) == a.size
+
+
+def test_fio_failure_and_unparsable_output(env: Any) -> None:
+    ctl, disp, _clock, db = env
+    submit(ctl)
+    ctl.schedule()
+    a0 = disp.starts()[0].attempt_id
+    ctl.handle_event(StepEnded(host="h1", attempt_id=a0, outcome="exited", exit_code=1,
+                               artifacts=(Artifact.of("fio.stderr", b"fio: pid=1, err=5/file:io_u.c"),)))
+    ctl.schedule()
+    a1 = disp.starts()[1].attempt_id
+    ctl.handle_event(ended(a1, b"not json at all"))
+    with db() as s:
+        run = s.get(Run, "r1")
+        assert run is not None and run.state == "FAILED"
+        assert "fio exited with code 1: fio: pid=1, err=5/file:io_u.c" in run.steps[0].reason
+        assert "fio.json" in run.steps[1].reason
+        assert run.reason.startswith("2 of 2 steps failed")
+
+
+def test_refusal_fails_the_rest(env: Any) -> None:
+    ctl, disp, _clock, db = env
+    submit(ctl)
+    ctl.schedule()
+    a0 = disp.starts()[0].attempt_id
+    ctl.handle_event(StepEnded(host="h1", attempt_id=a0, outcome="refused",
+                               reason="host h1 refuses device /dev/sdz: not a declared DUT"))
+    ctl.schedule()
+    assert len(disp.starts()) == 1
+    with db() as s:
+        run = s.get(Run, "r1")
+        assert run is not None and run.state == "FAILED"
+        assert run.steps[0].reason == "refused by agent: host h1 refuses device /dev/sdz: not a declared DUT"
+        assert run.steps[1].state == "FAILED" and "not run" in run.steps[1].reason
+
+
+def test_silent_host_loses_step_and_readoption_recovers_it(env: Any, fio_outputs: dict[str, bytes]) -> None:
+    ctl, disp, clock, db = env
+    submit(ctl)
+    ctl.schedule()
+    a0 = disp.starts()[0].attempt_id
+    ctl.handle_event(StepStarted(host="h1", attempt_id=a0, pid=7, fio_started_at=clock.t, job_sha256="x"))
+    clock.t += 11
+    ctl.watch()
+    with db() as s:
+        assert s.get(Attempt, a0).state == "LOST"  # type: ignore[union-attr]
+    ctl.schedule()
+    assert len(disp.starts()) == 1                 # nothing else dispatched to a device in use
+    ctl.handle_event(Register(host="h1", agent_version="0.1.0", facts=HostFacts(hostname="h1"),
+                              duts=(DeclaredDut(name="dut0", path="/dev/loop9", kind="block", size_bytes=1),)))
+    assert ("report", "h1", ReportStep(attempt_id=a0)) in disp.sent
+    ctl.handle_event(StepStarted(host="h1", attempt_id=a0, pid=7, fio_started_at=clock.t, job_sha256="x",
+                                 adopted=True))
+    with db() as s:
+        assert s.get(Attempt, a0).state == "RUNNING"  # type: ignore[union-attr]
+    ctl.handle_event(ended(a0, fio_outputs["4k-randread"]))
+    with db() as s:
+        att = s.get(Attempt, a0)
+        assert att is not None and att.state == "SUCCEEDED" and att.result is not None
+
+
+def test_unknown_attempt_after_loss_fails(env: Any) -> None:
+    ctl, disp, clock, db = env
+    submit(ctl)
+    ctl.schedule()
+    a0 = disp.starts()[0].attempt_id
+    ctl.handle_event(StepStarted(host="h1", attempt_id=a0, pid=7, fio_started_at=clock.t, job_sha256="x"))
+    ctl.handle_event(StepUnknown(host="h1", attempt_id=a0))
+    with db() as s:
+        att = s.get(Attempt, a0)
+        assert att is not None and att.state == "FAILED" and "no record" in att.reason
+
+
+def test_unstarted_dispatch_is_resent_then_failed(env: Any) -> None:
+    ctl, disp, clock, db = env
+    submit(ctl)
+    ctl.schedule()
+    tuning = ControllerTuning()
+    for _ in range(tuning.dispatch_retries - 1):
+        clock.t += tuning.dispatch_expires_s + 6
+        ctl.handle_event(Heartbeat(host="h1"))
+        ctl.watch()
+    starts = disp.starts()
+    assert len(starts) == tuning.dispatch_retries
+    assert len({m.attempt_id for m in starts}) == 1       # the same attempt, never a second one
+    clock.t += tuning.dispatch_expires_s + 6
+    ctl.handle_event(Heartbeat(host="h1"))
+    ctl.watch()
+    with db() as s:
+        att = s.get(Attempt, starts[0].attempt_id)
+        assert att is not None and att.state == "FAILED" and "did not start it" in att.reason
+
+
+def test_state_machine_refuses_illegal_moves() -> None:
+    with pytest.raises(InvalidTransition, match="step s1: cannot go from SUCCEEDED to RUNNING"):
+        check_step("step", "s1", "SUCCEEDED", StepState.RUNNING)
+    assert check_step("step", "s1", "LOST", StepState.RUNNING) == StepState.RUNNING
