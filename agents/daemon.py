@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.runner import Attempt, FioRunner
 from labcontract import __version__
 from labcontract.errors import DeviceRefused, FioError, LabError, ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
@@ -31,8 +32,6 @@ from labcontract.protocol import (
     StepUnknown,
     decode,
 )
-
-from agents.runner import Attempt, FioRunner
 
 log = logging.getLogger(__name__)
 
@@ -228,14 +227,14 @@ class Agent:
 def make_worker_app(agent: Agent, broker_url: str) -> Any:
     """The Celery app of one agent: three tasks on the queue ``agent.<host>``."""
     from celery import Celery
-    from kombu import Queue
+    from kombu.entity import Queue
 
     from labcontract.protocol import TASK_CANCEL, TASK_REPORT, TASK_START, agent_queue
     from labcontract.transport import celery_settings
 
     app = Celery(f"agent-{agent.host}", set_as_current=False)
     app.conf.update(celery_settings(broker_url))
-    app.conf.task_queues = [Queue(agent_queue(agent.host))]
+    app.conf.task_queues = [Queue(agent_queue(agent.host))]  # type: ignore[no-untyped-call]
 
     def _guard(fn: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
         def run(msg: dict[str, Any]) -> None:

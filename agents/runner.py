@@ -19,6 +19,7 @@ fio that finished while it was away.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -161,10 +162,8 @@ class FioRunner:
         st = attempt.state()
         pgid = st.get("pgid")
         if isinstance(pgid, int) and self.running(attempt):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, sig)
-            except ProcessLookupError:
-                pass
 
     def stop(self, attempt: Attempt, reason: str) -> None:
         """Stop fio (SIGTERM, then SIGKILL after a grace period) and mark why."""

@@ -224,7 +224,8 @@ def _dedupe(problems: list[Problem]) -> list[Problem]:
 def _cross_checks(data: dict[str, Any]) -> list[Problem]:
     """Checks across keys, done on the raw mapping so they run even when a value is invalid."""
     problems: list[Problem] = []
-    defaults = data.get("defaults") if isinstance(data.get("defaults"), dict) else {}
+    raw_defaults = data.get("defaults")
+    defaults: dict[str, Any] = raw_defaults if isinstance(raw_defaults, dict) else {}
     entries = data.get("workloads")
     if not isinstance(entries, list):
         return problems

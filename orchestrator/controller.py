@@ -135,7 +135,7 @@ class Controller:
     def _drain(self, *, pending: bool, block_ms: int | None = None) -> None:
         start = "0" if pending else ">"
         while True:
-            batches = self.redis.xreadgroup(EVENTS_GROUP, CONSUMER,
+            batches: Any = self.redis.xreadgroup(EVENTS_GROUP, CONSUMER,
                                             {EVENTS_STREAM: start, COMMANDS_STREAM: start},
                                             count=200, block=None if pending else block_ms)
             got = 0
@@ -339,10 +339,7 @@ class Controller:
             cmd = COMMAND.validate_python(data)
         except (ValueError, LabError) as e:
             raise ProtocolError(f"malformed command: {e}") from e
-        if isinstance(cmd, Submit):
-            reply = self.submit(cmd)
-        else:
-            reply = self.cancel(cmd)
+        reply = self.submit(cmd) if isinstance(cmd, Submit) else self.cancel(cmd)
         self.redis.lpush(cmd.reply_to, reply.model_dump_json())
         self.redis.expire(cmd.reply_to, REPLY_TTL_S)
 

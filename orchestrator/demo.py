@@ -54,7 +54,7 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
         wait_for(registered, 60, "the agent to register with the controller", interval=0.2)
         console.print(f"controller pid {controller.popen.pid}, agent {DEMO_HOST} pid {agent.popen.pid}: up")
         suite = load_suite(DEMO_SUITE)
-        run_id, reply = ControllerClient(redis_client(broker)).submit(suite, DEMO_HOST, "dut0", runtime)
+        run_id, _reply = ControllerClient(redis_client(broker)).submit(suite, DEMO_HOST, "dut0", runtime)
         console.print(f"submitted suite {suite.name} ({len(suite.workloads)} steps x {runtime}s): run {run_id}")
         code = wait_run(db, run_id, console, timeout_s=len(suite.workloads) * (runtime + 60) + 60)
         with db() as s:

@@ -26,9 +26,9 @@ def step_row(step: Step, result: Result | None) -> list[str]:
     head = [step.name, step.state, rw, format_size(int(w["bs"])), f"{w['numjobs']} x {w['iodepth']}"]
     if result is None:
         return head + ["-"] * (len(COLUMNS) - len(head))
-    return head + [f"{result.read_iops:,.0f}", f"{result.write_iops:,.0f}", f"{result.iops:,.0f}",
-                   f"{result.bw_bytes / 1e6:,.1f}", _us(result.lat_mean_ns), _us(result.lat_p99_ns),
-                   _us(result.lat_max_ns), _us(result.lat_stddev_ns)]
+    return [*head, f"{result.read_iops:,.0f}", f"{result.write_iops:,.0f}", f"{result.iops:,.0f}",
+            f"{result.bw_bytes / 1e6:,.1f}", _us(result.lat_mean_ns), _us(result.lat_p99_ns),
+            _us(result.lat_max_ns), _us(result.lat_stddev_ns)]
 
 
 def results_table(detail: RunDetail) -> Table:
@@ -74,7 +74,7 @@ def write_markdown(detail: RunDetail, report_dir: Path, artifact_root: Path) -> 
     if prov is not None:
         h, d = prov.provenance.get("host", {}), prov.provenance.get("device", {})
         lines += ["## Platform", "",
-                  f"| host | CPU | cores | memory | OS | kernel | fio |", "|---|---|---|---|---|---|---|",
+                  "| host | CPU | cores | memory | OS | kernel | fio |", "|---|---|---|---|---|---|---|",
                   f"| {h.get('hostname')} | {h.get('cpu_model')} | {h.get('cpu_cores')} | "
                   f"{(h.get('memory_bytes') or 0) / 2**30:.1f} GiB | {h.get('os')} | {h.get('kernel')} | "
                   f"{prov.fio_version} |", "",

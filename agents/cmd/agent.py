@@ -7,12 +7,11 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from labcontract.logs import setup_logging
-from labcontract.transport import redis_client
-
 from agents.daemon import Agent, AgentConfig, EventPublisher, run_agent
 from agents.facts import collect_host_facts, declare_dut
 from agents.runner import FioRunner
+from labcontract.logs import setup_logging
+from labcontract.transport import redis_client
 
 log = logging.getLogger(__name__)
 
