@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -98,17 +99,22 @@ class Lab:
 
     # --- redis ------------------------------------------------------------------------
 
-    def start_redis(self, port: int | None = None) -> str:
+    def start_redis(self, port: int | None = None, *, bind: tuple[str, ...] = ("127.0.0.1",)) -> str:
         exe = shutil.which("redis-server")
         if exe is None:
             raise ServiceError("redis-server is not installed (apt-get install redis-server)")
         port = port or free_port()
         data = self.root / "redis"
         data.mkdir(exist_ok=True)
-        proc = self._spawn("redis", [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                     "--appendonly", "yes", "--appendfsync", "everysec",
-                                     "--dir", str(data), "--protected-mode", "yes"])
-        url = f"redis://127.0.0.1:{port}/0"
+        argv = [exe, "--port", str(port), "--bind", " ".join(bind), "--save", "", "--appendonly", "yes",
+                "--appendfsync", "everysec", "--dir", str(data), "--protected-mode", "yes"]
+        auth = ""
+        if any(not a.startswith("127.") and a != "::1" for a in bind):
+            password = secrets.token_hex(16)     # reachable beyond loopback: require a password
+            argv += ["--requirepass", password]
+            auth = f":{password}@"
+        proc = self._spawn("redis", argv)
+        url = f"redis://{auth}127.0.0.1:{port}/0"
         wait_for(lambda: redis_ping(url) or _died(proc), 20, f"redis-server on port {port}")
         self.broker_url = url
         return url
@@ -123,10 +129,13 @@ class Lab:
         return self._spawn("controller", [*self.labctl(), "--lab-dir", str(self.root), "--broker",
                                           self.broker_url, "--store", store_url, "controller", *extra])
 
-    def start_agent(self, host: str, duts: list[str], *, name: str | None = None,
-                    extra: tuple[str, ...] = ()) -> Proc:
-        assert self.broker_url
-        argv = [*self.labctl(), "--lab-dir", str(self.root), "--broker", self.broker_url, "agent",
+    def start_agent(self, host: str, duts: list[str], *, name: str | None = None, broker: str | None = None,
+                    netns: str | None = None, extra: tuple[str, ...] = ()) -> Proc:
+        """An agent process; with ``netns``, inside that network namespace (a separate host)."""
+        broker = broker or self.broker_url
+        assert broker
+        prefix = ["ip", "netns", "exec", netns] if netns else []
+        argv = [*prefix, *self.labctl(), "--lab-dir", str(self.root), "--broker", broker, "agent",
                 "--host", host, "--state-dir", str(self.root / "agents" / host)]
         for d in duts:
             argv += ["--dut", d]
