@@ -123,8 +123,7 @@ class FioRunner:
         tmp = self.root / f".{msg.attempt_id}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        job = render_job(msg.workload, msg.device,
-                         header=f"storagelab run {msg.run_id} step {msg.step_id} attempt {msg.attempt_id}")
+        job = render_job(msg.workload, msg.device)   # byte for byte the job the controller planned
         (tmp / "job.fio").write_text(job)
         (tmp / "start.json").write_text(msg.model_dump_json())
         tmp.rename(path)   # the attempt exists from here on: a redelivered start is a no-op

@@ -18,12 +18,9 @@ def _flag(v: bool) -> str:
     return "1" if v else "0"
 
 
-def render_job(workload: Workload, filename: str = DUT_PLACEHOLDER, *, header: str = "") -> str:
+def render_job(workload: Workload, filename: str = DUT_PLACEHOLDER) -> str:
     w = workload
-    lines = []
-    if header:
-        lines += [f"; {line}" for line in header.splitlines()]
-    lines += [
+    lines = [
         "[global]",
         f"filename={filename}",
         f"ioengine={w.ioengine}",

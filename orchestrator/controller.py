@@ -259,13 +259,21 @@ class Controller:
         att.fio_started_at = att.fio_started_at or ev.fio_started_at
         att.fio_ended_at = ev.fio_ended_at
         stored: dict[str, bytes] = {}
+        corrupt: list[str] = []
         for art in ev.artifacts:
-            data = art.content()
+            try:
+                data = art.content()
+            except ProtocolError:
+                corrupt.append(art.name)
+                continue
             rel, sha = self.artifacts.put(data, art.sha256)
             s.add(Artifact(attempt_id=att.id, name=art.name, sha256=sha, size=len(data), path=rel))
             stored[art.name] = data
         run = att.step.run
-        if ev.outcome == "refused":
+        if corrupt:
+            self._move(att, StepState.FAILED, f"artifact(s) {', '.join(corrupt)} arrived corrupted "
+                                              "(content does not match its sha256)")
+        elif ev.outcome == "refused":
             self._move(att, StepState.FAILED, f"refused by agent: {ev.reason}")
             self._abandon_rest(run, f"not run: an earlier step was refused ({ev.reason})")
         elif ev.outcome == "cancelled":

@@ -41,9 +41,10 @@ def test_suite_runs_and_results_are_stored_with_artifacts(lab: LabHandle) -> Non
         assert parse_fio_output(raw).combined.iops == pytest.approx(res.iops)
         assert json.loads(raw[raw.index(b"{"):])["jobs"][0]["job options"]["bs"] == \
             step.job_text.split("bs=")[1].split()[0]
-        # the job fio ran is the one the controller planned (plus a provenance header)
+        # the job fio ran is byte for byte the one the controller planned
         ran = (lab.lab.root / "artifacts" / arts["job.fio"].path).read_text()
-        assert "\n".join(x for x in ran.splitlines() if not x.startswith(";")) + "\n" == step.job_text
+        assert ran == step.job_text
+        assert arts["job.fio"].sha256 == res.provenance["job_sha256"]
         assert f"filename={lab.duts['dut0'].path}" in ran
         # overhead timestamps are all recorded, in order
         assert att.dispatched_at <= att.fio_started_at <= att.fio_ended_at <= att.ended_at  # type: ignore[operator]

@@ -160,6 +160,20 @@ def test_fio_failure_and_unparsable_output(env: Any) -> None:
         assert run.reason.startswith("2 of 2 steps failed")
 
 
+def test_corrupted_artifact_fails_the_step(env: Any, fio_outputs: dict[str, bytes]) -> None:
+    ctl, disp, _clock, db = env
+    submit(ctl)
+    ctl.schedule()
+    a0 = disp.starts()[0].attempt_id
+    good = Artifact.of("fio.json", fio_outputs["4k-randread"])
+    bad = good.model_copy(update={"sha256": "0" * 64})
+    ctl.handle_event(StepEnded(host="h1", attempt_id=a0, outcome="exited", exit_code=0, artifacts=(bad,)))
+    with db() as s:
+        att = s.get(Attempt, a0)
+        assert att is not None and att.state == "FAILED" and "fio.json arrived corrupted" in att.reason
+        assert att.result is None
+
+
 def test_refusal_fails_the_rest(env: Any) -> None:
     ctl, disp, _clock, db = env
     submit(ctl)
