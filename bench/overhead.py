@@ -41,6 +41,9 @@ def main() -> None:
     ap.add_argument("--iodepth", type=int, default=16)
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--warmup", type=int, default=1, help="bare runs before measuring (discarded)")
+    ap.add_argument("--backing-dir", type=Path, default=None,
+                    help="where the DUT's backing file lives (e.g. /dev/shm for a RAM-backed loop device, "
+                         "which takes the disk's noise out of the comparison)")
     args = ap.parse_args()
 
     suite_text = (f"suite: bench\nworkloads:\n  - {{name: bench, rw: {args.rw}, bs: {args.bs}, "
@@ -50,7 +53,7 @@ def main() -> None:
     lab = Lab(root)
     try:
         broker = lab.start_redis()
-        dut = lab.make_dut("bench-dut", args.size_mib)
+        dut = lab.make_dut("bench-dut", args.size_mib, backing_dir=args.backing_dir)
         store = f"sqlite:///{root / 'store.sqlite'}"
         lab.start_controller(store)
         lab.start_agent(HOST, [f"dut0={dut.path}"])
@@ -66,13 +69,14 @@ def main() -> None:
         client = ControllerClient(redis_client(broker))
         job = root / "bare.fio"
         job.write_text(render_job(suite.workloads[0], dut.path))
-        print(f"DUT {dut.path} ({'loop, direct I/O' if dut.loop else 'file'}), {args.size_mib} MiB; "
+        print(f"DUT {dut.path} ({'loop, direct I/O' if dut.loop else 'file'} on {dut.backing}), {args.size_mib} MiB; "
               f"{args.rw} {args.bs} QD{args.iodepth}, {args.runtime}s per run, {args.pairs} pairs\n")
 
         def bare(i: int) -> float:
             out = root / f"bare-{i}.json"
+            # in a session of its own, as the agent runs fio (and as an engineer's shell would)
             subprocess.run(["fio", "--output-format=json+", f"--output={out}", str(job)], check=True,
-                           capture_output=True)
+                           capture_output=True, start_new_session=True)
             return parse_fio_output(out.read_bytes()).combined.iops
 
         def orchestrated() -> tuple[float, float, float]:

@@ -143,8 +143,8 @@ class Lab:
 
     # --- devices under test -------------------------------------------------------------
 
-    def make_dut(self, name: str, size_mib: int, *, use_loop: bool = True) -> Dut:
-        backing = self.root / f"{name}.img"
+    def make_dut(self, name: str, size_mib: int, *, use_loop: bool = True, backing_dir: Path | None = None) -> Dut:
+        backing = (backing_dir or self.root) / f"{name}-{os.getpid()}-{len(self.duts)}.img"
         with backing.open("wb") as f:
             os.posix_fallocate(f.fileno(), 0, size_mib << 20)
         loop = None
@@ -179,6 +179,8 @@ class Lab:
         for dut in self.duts:
             if dut.loop:
                 subprocess.run(["losetup", "-d", dut.loop], capture_output=True)
+            if dut.backing.parent != self.root:
+                dut.backing.unlink(missing_ok=True)
         self.duts.clear()
 
     def _kill_leftover_fio(self) -> None:
