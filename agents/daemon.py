@@ -45,6 +45,7 @@ class AgentConfig:
     state_dir: Path
     duts: tuple[DeclaredDut, ...]
     heartbeat_s: float = 3.0
+    reregister_every: int = 20       # every Nth heartbeat is a full Register (a new controller learns us)
     poll_s: float = 0.2
     fio_binary: str = "fio"
 
@@ -69,6 +70,7 @@ class Agent:
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _last_heartbeat: float = 0.0
+    _beats: int = 0
 
     @property
     def host(self) -> str:
@@ -95,10 +97,12 @@ class Agent:
                     self._log(attempt).info("re-adopted running fio pid %s (attempt %s)",
                                             st.get("pid"), attempt.attempt_id)
                     self.publish(self._started_event(attempt, adopted=True))
-            self.publish(Register(host=self.host, agent_version=__version__, facts=self.facts,
-                                  duts=self.config.duts,
-                                  running=tuple(a.attempt_id for a in pending)))
+            self.publish(self._register_event(tuple(a.attempt_id for a in pending)))
         self.check_attempts()
+
+    def _register_event(self, running: tuple[str, ...]) -> Register:
+        return Register(host=self.host, agent_version=__version__, facts=self.facts, duts=self.config.duts,
+                        running=running)
 
     def stop(self) -> None:
         self._stop.set()
@@ -116,9 +120,13 @@ class Agent:
     def heartbeat_if_due(self) -> None:
         now = time.monotonic()
         if now - self._last_heartbeat >= self.config.heartbeat_s:
+            self._beats += 1
             with self._lock:
                 running = tuple(a.attempt_id for a in self.runner.pending())
-            self.publish(Heartbeat(host=self.host, running=running))
+            if self._beats % self.config.reregister_every == 0:
+                self.publish(self._register_event(running))
+            else:
+                self.publish(Heartbeat(host=self.host, running=running))
             self._last_heartbeat = now
 
     def check_attempts(self) -> None:
