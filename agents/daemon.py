@@ -177,16 +177,24 @@ class Agent:
             self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused",
                                    reason=f"message for host {msg.host} reached host {self.host}"))
             return
-        try:
-            dut = self.dut_for(msg.device)
-        except DeviceRefused as e:
-            logger.error("refused attempt %s: %s", msg.attempt_id, e)
+        duts, refusals = [], []
+        for device in msg.devices:
+            try:
+                duts.append(self.dut_for(device))
+            except DeviceRefused as e:
+                refusals.append(str(e))
+        if refusals or not duts:
+            reason = "; ".join(refusals) or "no device named"
+            logger.error("refused attempt %s: %s", msg.attempt_id, reason)
+            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
+            return
+        if len({d.path for d in duts}) != len(duts):
             self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused",
-                                   reason=str(e)))
+                                   reason="a device is named twice in one step"))
             return
         with self._lock:
             try:
-                attempt, launched = self.runner.start(msg.model_copy(update={"device": dut.path}))
+                attempt, launched = self.runner.start(msg, duts)
             except FioError as e:
                 logger.error("attempt %s could not start: %s", msg.attempt_id, e)
                 attempt_or_none = self.runner.get(msg.attempt_id)
@@ -194,8 +202,9 @@ class Agent:
                     self._report_end(attempt_or_none)
                 return
             if launched:
-                logger.info("attempt %s started fio pid %s on %s", msg.attempt_id,
-                            attempt.state().get("pid"), dut.path)
+                logger.info("attempt %s started %s pid %s on %s", msg.attempt_id,
+                            "fio" if msg.action == "fio" else msg.action, attempt.state().get("pid"),
+                            ", ".join(d.path for d in duts))
                 self.publish(self._started_event(attempt))
             else:
                 logger.info("attempt %s already known; start ignored (redelivery)", msg.attempt_id)

@@ -4,7 +4,8 @@ Layout under the agent's state directory::
 
     attempts/<attempt_id>/
         start.json      the StartStep message that created it
-        job.fio         the rendered job file
+        job.fio         the rendered job file (action fio)
+        purge.sh        the purge commands (action purge): blkdiscard / punch-hole, declared DUTs only
         state.json      pid, process start time, launch time, deadline
         fio.json        fio --output (json+)
         fio.stdout      fio.stderr
@@ -24,20 +25,36 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from labcontract.errors import FioError
+from labcontract.facts import DeclaredDut
 from labcontract.fiojob import render_job
 from labcontract.protocol import Artifact, StartStep, StepEnded
 
 log = logging.getLogger(__name__)
 
-_WRAPPER = 'fio "$@" >fio.stdout 2>fio.stderr; echo $? >rc.tmp; mv rc.tmp rc'
+_WRAPPER = '"$@" >fio.stdout 2>fio.stderr; echo $? >rc.tmp; mv rc.tmp rc'
+ARTIFACTS = ("job.fio", "fio.json", "fio.stderr", "purge.sh")
+
+
+def purge_script(duts: Sequence[DeclaredDut]) -> str:
+    """Commands that return each DUT to a fresh-out-of-box state as far as the host can without
+    vendor tools: discard (TRIM/UNMAP) a block device, punch out a file-backed DUT's blocks."""
+    lines = ["set -eu"]
+    for d in duts:
+        if d.kind == "block":
+            lines.append(f"blkdiscard --force {shlex.quote(d.path)}")
+        else:
+            lines.append(f"fallocate --punch-hole --offset 0 --length {d.size_bytes} {shlex.quote(d.path)}")
+    return "\n".join(lines) + "\n"
 KILL_GRACE_S = 5.0
 
 
@@ -114,8 +131,10 @@ class FioRunner:
                 out.append(a)
         return out
 
-    def start(self, msg: StartStep) -> tuple[Attempt, bool]:
-        """Launch fio for the attempt; idempotent. Returns (attempt, launched_now)."""
+    def start(self, msg: StartStep, duts: Sequence[DeclaredDut]) -> tuple[Attempt, bool]:
+        """Launch the attempt's process (fio, or the purge script); idempotent.
+        ``duts`` are the declared DUTs the message names, already checked by the agent.
+        Returns (attempt, launched_now)."""
         existing = self.get(msg.attempt_id)
         if existing is not None:
             return existing, False
@@ -123,15 +142,25 @@ class FioRunner:
         tmp = self.root / f".{msg.attempt_id}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        job = render_job(msg.workload, msg.device)   # byte for byte the job the controller planned
-        (tmp / "job.fio").write_text(job)
+        if msg.action == "purge":
+            job = purge_script(duts)
+            (tmp / "purge.sh").write_text(job)
+            argv = ["/bin/sh", "purge.sh"]
+        else:
+            if msg.workload is None:
+                raise FioError(f"attempt {msg.attempt_id}: a fio step without a workload")
+            job = render_job(msg.workload, [d.path for d in duts])   # byte for byte the planned job
+            (tmp / "job.fio").write_text(job)
+            argv = [self.fio, "--output-format=json+", "--output=fio.json"]
+            if msg.status_interval_s:
+                argv.append(f"--status-interval={msg.status_interval_s}")
+            argv.append("job.fio")
         (tmp / "start.json").write_text(msg.model_dump_json())
         tmp.rename(path)   # the attempt exists from here on: a redelivered start is a no-op
         attempt = Attempt(msg.attempt_id, path)
         try:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, "lab-fio", "--output-format=json+", "--output=fio.json",
-                 "job.fio"],
+                ["/bin/sh", "-c", _WRAPPER, "lab-step", *argv],
                 cwd=path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
                 env={**os.environ, "PATH": f"{Path(self.fio).parent}:{os.environ.get('PATH', '')}"},
@@ -139,7 +168,7 @@ class FioRunner:
         except OSError as e:
             (path / "rc").write_text("127\n")
             (path / "fio.stderr").write_text(f"cannot start fio: {e}\n")
-            raise FioError(f"cannot start fio: {e}") from e
+            raise FioError(f"cannot start {argv[0]}: {e}") from e
         launched = time.time()
         self._children[msg.attempt_id] = proc
         state = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": _proc_start_ticks(proc.pid),
@@ -183,7 +212,7 @@ class FioRunner:
         st = attempt.state()
         rc = attempt.exit_code
         arts = []
-        for name in ("job.fio", "fio.json", "fio.stderr"):
+        for name in ARTIFACTS:
             f = attempt.file(name)
             if f.exists():
                 arts.append(Artifact.of(name, f.read_bytes()))

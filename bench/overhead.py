@@ -46,7 +46,7 @@ def main() -> None:
                          "which takes the disk's noise out of the comparison)")
     args = ap.parse_args()
 
-    suite_text = (f"suite: bench\nworkloads:\n  - {{name: bench, rw: {args.rw}, bs: {args.bs}, "
+    suite_text = (f"suite: bench\nprofiles:\n  - {{name: bench, rw: {args.rw}, bs: {args.bs}, "
                   f"iodepth: {args.iodepth}, runtime: {args.runtime}s, ioengine: libaio, direct: true}}\n")
     suite = parse_suite(suite_text, "bench.yaml")
     root = Path(tempfile.mkdtemp(prefix="lab-bench-"))
@@ -81,7 +81,7 @@ def main() -> None:
 
         def orchestrated() -> tuple[float, float, float]:
             t0 = time.time()
-            run_id, _ = client.submit(suite, HOST, "dut0", None)
+            run_id, _ = client.submit(suite, HOST, ["dut0"])
 
             def done() -> bool:
                 with db() as s:

@@ -48,6 +48,7 @@ __all__ = [
     "DirectionStats",
     "LatencyStats",
     "StepMetrics",
+    "parse_fio_groups",
     "parse_fio_output",
     "percentile_key",
     "percentiles_from_bins",
@@ -414,6 +415,41 @@ def parse_fio_output(text: str | bytes, *, source: str = "fio output") -> StepMe
     :class:`~labcontract.errors.FioError` with ``path=source`` when the output is empty,
     not JSON, truncated, has no jobs, or lacks a field the schema needs.
     """
+    r, version, jobs = _report_jobs(text, source)
+    return _step_metrics(r, version, list(enumerate(jobs)))
+
+
+def parse_fio_groups(text: str | bytes, *, source: str = "fio output") -> dict[str, StepMetrics]:
+    """Per-job-entry metrics of fio ``json+`` output, keyed by ``jobname``, in fio's order.
+
+    A device-group step runs one job file with one section per device, each with
+    ``new_group=1`` (``group_reporting=1`` in ``[global]``), so fio prints one ``jobs`` entry
+    per device with the section name as ``jobname`` and that device's ``numjobs`` clones
+    folded in. Each entry is computed exactly as :func:`parse_fio_output` computes a
+    one-entry output (``jobs == 1``); :func:`parse_fio_output` on the same text is the
+    aggregate over all entries. Raises :class:`~labcontract.errors.FioError` like
+    :func:`parse_fio_output`, and when two entries share a ``jobname`` (e.g. ``numjobs > 1``
+    without ``group_reporting``, or sections without ``new_group`` merged into one group).
+    """
+    r, version, jobs = _report_jobs(text, source)
+    names: dict[str, int] = {}
+    for i, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            raise r.fail(f"jobs[{i}]: not an object")
+        name = job.get("jobname")
+        if not isinstance(name, str) or not name:
+            raise r.fail(f"jobs[{i}].jobname: missing or not a string")
+        if name in names:
+            raise r.fail(
+                f"jobs[{i}].jobname: {name!r} repeats jobs[{names[name]}] "
+                "(per-group results need group_reporting=1 and one section per group)"
+            )
+        names[name] = i
+    return {name: _step_metrics(r, version, [(i, jobs[i])]) for name, i in names.items()}
+
+
+def _report_jobs(text: str | bytes, source: str) -> tuple[_Reader, str, list[Any]]:
+    """The last report of ``text``: a reader for errors, the fio version and the ``jobs`` list."""
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8", errors="replace")
     report = _decode_reports(text, source)
@@ -426,9 +462,14 @@ def parse_fio_output(text: str | bytes, *, source: str = "fio output") -> StepMe
         raise r.fail("missing 'jobs' list (is this fio JSON output?)")
     if not jobs:
         raise r.fail("fio reported no jobs")
+    return r, version, jobs
+
+
+def _step_metrics(r: _Reader, version: str, entries: Sequence[tuple[int, Any]]) -> StepMetrics:
+    """Merge the given ``(index in jobs, job entry)`` pairs into one :class:`StepMetrics`."""
     read, write = _DirAcc(), _DirAcc()
     errors = 0
-    for i, job in enumerate(jobs):
+    for i, job in entries:
         where = f"jobs[{i}]"
         if not isinstance(job, dict):
             raise r.fail(f"{where}: not an object")
@@ -454,7 +495,7 @@ def parse_fio_output(text: str | bytes, *, source: str = "fio output") -> StepMe
     )
     return StepMetrics(
         fio_version=version,
-        jobs=len(jobs),
+        jobs=len(entries),
         runtime_ms=max(read_stats.runtime_ms, write_stats.runtime_ms),
         read=read_stats,
         write=write_stats,

@@ -27,7 +27,7 @@ from labcontract.errors import ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.suite import Workload
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2   # 2: StartStep carries an action and a device list (device groups, purge)
 
 TASK_START = "lab.agent.start_step"
 TASK_CANCEL = "lab.agent.cancel_step"
@@ -60,10 +60,12 @@ class StartStep(Message):
     step_id: str
     attempt_id: str
     host: str
-    device: str                  # the declared DUT's path on the host
+    action: Literal["fio", "purge"] = "fio"
+    devices: tuple[str, ...]     # declared DUT paths on the host (several: a device group)
     job_name: str
-    workload: Workload
-    timeout_s: int               # the agent stops fio past this
+    workload: Workload | None = None      # required for action "fio"
+    status_interval_s: int | None = None  # fio --status-interval (per-second series)
+    timeout_s: int               # the agent stops the process past this
     dispatched_at: float
 
 
@@ -188,8 +190,9 @@ class Submit(Message):
     suite_source: str              # file name, for error messages
     suite_text: str
     host: str
-    device: str
+    devices: tuple[str, ...]       # one, or the members of a device group
     runtime_override: int | None = None
+    scale: float | None = None
     reply_to: str
 
 

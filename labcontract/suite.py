@@ -1,42 +1,53 @@
 """The suite schema: what to run, independent of where and when.
 
-A suite is YAML::
+A suite is YAML (the language is documented in docs/suites.md)::
 
-    suite: quick-look               # name
-    description: optional text
-    defaults:                       # workload options applied to every workload
-      ioengine: libaio
-      direct: true
-      runtime: 60s
-    workloads:
-      - name: 4k-randread
-        rw: randread
-        bs: 4k
-        iodepth: 16
-        numjobs: 16
+    suite: enterprise-synthetic
+    devices: 1                       # DUTs a submission names (a device group when > 1)
+    op_modes: [stock, "hp:20"]       # overprovisioning modes, the outermost dimension
+    cell_limit: 1000                 # refuse suites that expand past this many steps
+    defaults: {ioengine: libaio, direct: true, runtime: 60s}
+    phases:
+      purge: true                    # purge (secure erase / discard) before each precondition
+      precondition: {numjobs: 16, iodepth: 16, round: 60s, max_rounds: 360}
+    profiles:
+      - name: 8k-7030
+        rw: randrw
+        bs: 8k
+        rwmixread: 70
+        ladder: {numjobs: [2, 4, 8, 16], iodepth: [2, 4, 8, 16]}   # thread x queue-depth ladder
+      - name: pattern
+        rw: randrw
+        sweep: {rwmixread: [100, 0], bs: [4k, 64k]}                 # cartesian product
 
 :func:`load_suite` validates the whole file and raises :class:`SuiteError` with every
-problem at once, each named by key path (``workloads[1].bs``).
+problem at once, each named by key path (``profiles[1].sweep.bs[2]``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from labcontract.errors import Problem, SuiteError
-from labcontract.units import parse_duration, parse_size
+from labcontract.units import format_size, parse_duration, parse_size
 
 RwMode = Literal["read", "write", "randread", "randwrite", "rw", "readwrite", "randrw"]
 IoEngine = Literal["libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio"]
+MIXED = ("rw", "readwrite", "randrw")
+PURE = ("read", "write", "randread", "randwrite")
+DEFAULT_CELL_LIMIT = 1000
+BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
 
 _FOOTPRINT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_OP_MODE = re.compile(r"^(stock|hp:(\d{1,2}))$")
 
 
 def _size(v: object) -> int:
@@ -81,13 +92,20 @@ class WorkloadOptions(BaseModel):
     ioengine: IoEngine | None = None
     direct: bool | None = None
     footprint: Footprint | None = None
+    time_based: bool | None = None
     refill_buffers: bool | None = None
     norandommap: bool | None = None
     randrepeat: bool | None = None
 
 
-class WorkloadEntry(WorkloadOptions):
+SWEEPABLE = tuple(WorkloadOptions.model_fields)
+
+
+class ProfileEntry(WorkloadOptions):
     name: Annotated[str, Field(pattern=_NAME.pattern)]
+    sweep: dict[str, list[Any]] = {}
+    ladder: dict[Literal["numjobs", "iodepth"], list[Any]] = {}
+    precondition: bool = True
 
 
 class Workload(BaseModel):
@@ -107,6 +125,7 @@ class Workload(BaseModel):
     ioengine: IoEngine = "libaio"
     direct: bool = True
     footprint: str | None = None
+    time_based: bool = True
     refill_buffers: bool = False
     norandommap: bool = False
     randrepeat: bool = True
@@ -115,24 +134,81 @@ class Workload(BaseModel):
     def expected_seconds(self) -> int:
         return self.runtime + self.ramp_time
 
+    @property
+    def identity(self) -> tuple[object, ...]:
+        """What makes two workloads "the same workload" for preconditioning (not T/Q, not time)."""
+        return (self.rw, self.bs, self.rwmixread, self.percentage_random, self.footprint)
+
+
+class Precondition(BaseModel):
+    """Rounds of the measured workload at heavy load until SNIA PTS steady state."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    numjobs: Annotated[int, Field(ge=1, le=4096)] = 16
+    iodepth: Annotated[int, Field(ge=1, le=65536)] = 16
+    round: Annotated[Seconds, Field(ge=1)] = 60
+    max_rounds: Annotated[int, Field(ge=1, le=100_000)] = 360
+    window: Annotated[int, Field(ge=2, le=100)] = 5
+    max_range_pct: Annotated[float, Field(gt=0, le=100)] = 20.0
+    max_excursion_pct: Annotated[float, Field(gt=0, le=100)] = 10.0
+    track: Literal["iops", "lat_mean"] = "iops"
+
+
+class Phases(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    purge: bool = False
+    precondition: Precondition | None = None
+
 
 class SuiteDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     suite: Annotated[str, Field(pattern=_NAME.pattern)]
     description: str = ""
+    devices: Annotated[int, Field(ge=1, le=256)] | Literal["any"] = 1
+    op_modes: Annotated[list[str], Field(min_length=1)] = ["stock"]
+    cell_limit: Annotated[int, Field(ge=1)] = DEFAULT_CELL_LIMIT
     defaults: WorkloadOptions = WorkloadOptions()
-    workloads: Annotated[list[WorkloadEntry], Field(min_length=1)]
+    phases: Phases = Phases()
+    profiles: Annotated[list[ProfileEntry], Field(min_length=1)]
+
+    @field_validator("op_modes")
+    @classmethod
+    def _op_modes(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if not _OP_MODE.match(str(m)) or (m.startswith("hp:") and not 1 <= int(m[3:]) <= 90)]
+        if bad:
+            raise ValueError(f"{bad} not OP modes (use stock or hp:<percent overprovisioned, 1-90>)")
+        if len(set(v)) != len(v):
+            raise ValueError("an OP mode is listed twice")
+        return v
+
+
+class Cell(BaseModel):
+    """One measured point: a profile with its swept values fixed, in one OP mode."""
+
+    model_config = ConfigDict(frozen=True)
+
+    profile: str
+    op_mode: str
+    dims: dict[str, Any]          # the swept values that make this cell (empty for a plain profile)
+    workload: Workload
+    precondition: bool
 
 
 class Suite(BaseModel):
-    """A validated suite: its name, resolved workloads and the exact text it came from."""
+    """A validated suite: the resolved cells and the exact text it came from."""
 
     model_config = ConfigDict(frozen=True)
 
     name: str
     description: str
-    workloads: tuple[Workload, ...]
+    devices: int | None           # DUTs a submission must name; None: any number (at least one)
+    op_modes: tuple[str, ...]
+    cell_limit: int
+    phases: Phases
+    cells: tuple[Cell, ...]
     source: str
     source_text: str
 
@@ -140,10 +216,38 @@ class Suite(BaseModel):
     def sha256(self) -> str:
         return hashlib.sha256(self.source_text.encode()).hexdigest()
 
-    def with_runtime(self, seconds: int) -> Suite:
-        """The same suite with every workload's runtime set (demo, tests, benchmarks)."""
-        wl = tuple(w.model_copy(update={"runtime": seconds, "ramp_time": 0}) for w in self.workloads)
-        return self.model_copy(update={"workloads": wl})
+    @property
+    def workloads(self) -> tuple[Workload, ...]:
+        return tuple(c.workload for c in self.cells)
+
+
+def op_footprint(op_mode: str, footprint: str | None) -> tuple[str | None, str]:
+    """Footprint of a workload under an OP mode, and a note saying how the mode was applied.
+
+    ``hp:P`` until real overprovisioning exists: the usable capacity is (100-P)% of the
+    device, so percentage footprints shrink by that factor and a whole-device run becomes
+    (100-P)%.
+    """
+    if op_mode == "stock":
+        return footprint, ""
+    usable = 100 - int(op_mode.split(":")[1])
+    note = f"{op_mode} emulated by a footprint limit ({usable}% of capacity usable); no device OP applied"
+    if footprint is None:
+        return f"{usable}%", note
+    if footprint.endswith("%"):
+        return f"{float(footprint[:-1]) * usable / 100:g}%", note
+    return footprint, note + "; absolute footprint kept"
+
+
+def cell_name(profile: str, dims: dict[str, Any], op_mode: str, n_op_modes: int) -> str:
+    abbr = {"numjobs": "t", "iodepth": "q", "rwmixread": "r", "percentage_random": "rand", "bs": "", "rw": "",
+            "runtime": "s"}
+    parts = [profile]
+    for k, v in dims.items():
+        value = format_size(v) if k == "bs" else str(v).lower()
+        parts.append(f"{abbr.get(k, k + '-')}{value}")
+    name = ".".join(parts)
+    return f"{op_mode.replace(':', '')}.{name}" if n_op_modes > 1 else name
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
@@ -175,6 +279,8 @@ def _message(err: dict[str, Any]) -> str:
         return str(err["ctx"]["error"])
     if kind == "string_pattern_mismatch":
         return f"{err['input']!r} is not a valid name (letters, digits, '.', '_', '-'; at most 64)"
+    if kind == "too_short":
+        return "must not be empty"
     return f"{err['msg'].lower()} (got {err['input']!r})"
 
 
@@ -188,6 +294,111 @@ def problems_from(exc: ValidationError, prefix: str = "") -> list[Problem]:
     return problems
 
 
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    return list(dict.fromkeys(problems))
+
+
+def _dimension_values(where: str, key: str, values: list[Any]) -> tuple[list[Any], list[Problem]]:
+    """Validate each value of a swept option as that option."""
+    if key not in SWEEPABLE:
+        return [], [Problem(f"{where}.{key}", f"cannot sweep {key!r} (sweepable: {', '.join(SWEEPABLE)})")]
+    if not values:
+        return [], [Problem(f"{where}.{key}", "a sweep needs at least one value")]
+    out, problems = [], []
+    for j, v in enumerate(values):
+        try:
+            out.append(getattr(WorkloadOptions.model_validate({key: v}), key))
+        except ValidationError as e:
+            problems += [Problem(f"{where}.{key}[{j}]", p.message) for p in problems_from(e)]
+    if len(set(map(str, out))) != len(out):
+        problems.append(Problem(f"{where}.{key}", "a value is listed twice"))
+    return out, problems
+
+
+def _expand(doc: SuiteDocument) -> tuple[list[Cell], list[Problem]]:
+    problems: list[Problem] = []
+    cells: list[Cell] = []
+    defaults = doc.defaults.model_dump(exclude_none=True)
+    names: set[str] = set()
+    for op_mode in doc.op_modes:
+        for i, prof in enumerate(doc.profiles):
+            where = f"profiles[{i}]"
+            fixed = {**defaults, **prof.model_dump(exclude_none=True,
+                                                   exclude={"name", "sweep", "ladder", "precondition"})}
+            dims: dict[str, list[Any]] = {}
+            for section, mapping in (("sweep", prof.sweep), ("ladder", prof.ladder)):
+                for key, values in mapping.items():
+                    if key in dims:
+                        problems.append(Problem(f"{where}.{section}.{key}", "swept twice (in sweep and ladder)"))
+                        continue
+                    if key in prof.model_fields_set:
+                        problems.append(Problem(f"{where}.{section}.{key}", "also set as a fixed option of "
+                                                                             "the profile"))
+                    vals, probs = _dimension_values(f"{where}.{section}", key, list(values))
+                    problems += probs
+                    dims[key] = vals
+            if any(not v for v in dims.values()):
+                continue
+            for combo in itertools.product(*dims.values()):
+                point = dict(zip(dims, combo, strict=True))
+                merged = {**fixed, **point}
+                for key in ("rw", "bs"):
+                    if key not in merged:
+                        problems.append(Problem(f"{where}.{key}", "required key is missing (here, in a sweep "
+                                                                  "or in defaults)"))
+                if "rw" not in merged or "bs" not in merged:
+                    break
+                rw = merged["rw"]
+                if rw in PURE and merged.get("rwmixread") is not None:
+                    problems.append(Problem(f"{where}.rwmixread", f"contradicts rw={rw} (only mixed modes "
+                                                                   f"{'/'.join(MIXED)} take a read share)"))
+                    break
+                if rw in MIXED:
+                    merged.setdefault("rwmixread", 50)
+                fp, _note = op_footprint(op_mode, merged.get("footprint"))
+                merged["footprint"] = fp
+                name = cell_name(prof.name, point, op_mode, len(doc.op_modes))
+                if name in names:
+                    problems.append(Problem(f"{where}.name", f"duplicate profile name {prof.name!r}"))
+                    break
+                names.add(name)
+                cells.append(Cell(profile=prof.name, op_mode=op_mode, dims=point,
+                                  workload=Workload.model_validate({**merged, "name": name}),
+                                  precondition=prof.precondition and doc.phases.precondition is not None))
+    return cells, problems
+
+
+def _cross_checks(data: dict[str, Any]) -> list[Problem]:
+    """Checks on the raw mapping that still run when a value elsewhere is invalid."""
+    problems: list[Problem] = []
+    raw_defaults = data.get("defaults")
+    defaults: dict[str, Any] = raw_defaults if isinstance(raw_defaults, dict) else {}
+    entries = data.get("profiles")
+    if not isinstance(entries, list):
+        return problems
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue
+        merged = {**defaults, **entry}
+        swept = {**(entry.get("sweep") or {}), **(entry.get("ladder") or {})} if isinstance(
+            entry.get("sweep") or {}, dict) and isinstance(entry.get("ladder") or {}, dict) else {}
+        for key in ("rw", "bs"):
+            if key not in merged and key not in swept:
+                problems.append(Problem(f"profiles[{i}].{key}", "required key is missing (here, in a sweep or "
+                                                               "in defaults)"))
+        rw = merged.get("rw")
+        if rw in PURE and "rwmixread" in merged:
+            problems.append(Problem(f"profiles[{i}].rwmixread", f"contradicts rw={rw} (only mixed modes "
+                                                                f"{'/'.join(MIXED)} take a read share)"))
+    return problems
+
+
+def count_steps(cells: list[Cell], phases: Phases) -> int:
+    """Planned steps: measured cells plus one purge and one precondition per preconditioned group."""
+    groups = {(c.op_mode, c.profile, c.workload.identity) for c in cells if c.precondition}
+    return len(cells) + len(groups) * (2 if phases.purge else 1) + (1 if phases.purge and not groups else 0)
+
+
 def parse_suite(text: str, source: str) -> Suite:
     """Validate suite YAML text; raise :class:`SuiteError` listing every problem."""
     try:
@@ -197,7 +408,7 @@ def parse_suite(text: str, source: str) -> Suite:
         where = f"line {mark.line + 1}" if mark else ""
         raise SuiteError(source, [Problem(where, f"not valid YAML: {getattr(e, 'problem', e)}")]) from e
     if not isinstance(data, dict):
-        raise SuiteError(source, [Problem("", "a suite must be a mapping with keys suite and workloads")])
+        raise SuiteError(source, [Problem("", "a suite must be a mapping with keys suite and profiles")])
     problems: list[Problem] = []
     try:
         doc: SuiteDocument | None = SuiteDocument.model_validate(data)
@@ -205,54 +416,60 @@ def parse_suite(text: str, source: str) -> Suite:
         doc = None
         problems += problems_from(e)
     problems += _cross_checks(data)
-    if problems or doc is None:
+    if doc is None:
         raise SuiteError(source, _dedupe(problems))
-    workloads = []
-    for entry in doc.workloads:
-        merged = {**doc.defaults.model_dump(exclude_none=True), **entry.model_dump(exclude_none=True)}
-        if merged["rw"] in ("rw", "readwrite", "randrw"):
-            merged.setdefault("rwmixread", 50)
-        workloads.append(Workload.model_validate(merged))
-    return Suite(name=doc.suite, description=doc.description, workloads=tuple(workloads),
-                 source=source, source_text=text)
+    cells, expand_problems = _expand(doc)
+    problems += [p for p in expand_problems if p not in problems]
+    steps = count_steps(cells, doc.phases)
+    if not problems and steps > doc.cell_limit:
+        problems.append(Problem("cell_limit", f"the suite expands to {steps} steps ({len(cells)} measured "
+                                              f"cells), over the limit of {doc.cell_limit}"))
+    if problems:
+        raise SuiteError(source, _dedupe(problems))
+    return Suite(name=doc.suite, description=doc.description,
+                 devices=None if doc.devices == "any" else doc.devices, op_modes=tuple(doc.op_modes),
+                 cell_limit=doc.cell_limit, phases=doc.phases, cells=tuple(cells), source=source,
+                 source_text=text)
 
 
-def _dedupe(problems: list[Problem]) -> list[Problem]:
-    return list(dict.fromkeys(problems))
+def builtin_suites() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
 
 
-def _cross_checks(data: dict[str, Any]) -> list[Problem]:
-    """Checks across keys, done on the raw mapping so they run even when a value is invalid."""
-    problems: list[Problem] = []
-    raw_defaults = data.get("defaults")
-    defaults: dict[str, Any] = raw_defaults if isinstance(raw_defaults, dict) else {}
-    entries = data.get("workloads")
-    if not isinstance(entries, list):
-        return problems
-    names: set[str] = set()
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            continue
-        where = f"workloads[{i}]"
-        name = entry.get("name")
-        if isinstance(name, str):
-            if name in names:
-                problems.append(Problem(f"{where}.name", f"duplicate workload name {name!r}"))
-            names.add(name)
-        merged = {**defaults, **entry}
-        for key in ("rw", "bs"):
-            if key not in merged:
-                problems.append(Problem(f"{where}.{key}", "required key is missing (here or in defaults)"))
-        rw = merged.get("rw")
-        if rw in ("read", "write", "randread", "randwrite") and "rwmixread" in merged:
-            problems.append(Problem(f"{where}.rwmixread", f"only applies to mixed modes, not rw={rw}"))
-    return problems
-
-
-def load_suite(path: str | Path) -> Suite:
-    p = Path(path)
+def load_suite(ref: str | Path) -> Suite:
+    """A suite file, or the name of a built-in suite (``labctl suite list``)."""
+    p = Path(ref)
+    if not p.exists() and isinstance(ref, str) and "/" not in ref and not ref.endswith((".yaml", ".yml")):
+        known = builtin_suites()
+        if ref not in known:
+            raise SuiteError(ref, [Problem("", f"no such file, and no built-in suite {ref!r} "
+                                               f"(built-in: {', '.join(known)})")])
+        p = known[ref]
     try:
         text = p.read_text()
     except OSError as e:
         raise SuiteError(str(p), [Problem("", f"cannot read: {e.strerror or e}")]) from e
     return parse_suite(text, str(p))
+
+
+def with_overrides(suite: Suite, *, runtime: int | None = None, scale: float | None = None) -> Suite:
+    """The suite with shorter (or longer) durations: ``runtime`` sets every measured cell's
+    runtime; ``scale`` multiplies every duration (runtime, ramp, precondition round), at least 1 s.
+    Used by the demo, the tests and the benchmarks to run the built-in suites in seconds."""
+    if runtime is None and scale is None:
+        return suite
+
+    def scaled(seconds: int, minimum: int = 1) -> int:
+        return seconds if scale is None else max(minimum, round(seconds * scale))
+
+    cells = []
+    for c in suite.cells:
+        w = c.workload
+        cells.append(c.model_copy(update={"workload": w.model_copy(update={
+            "runtime": runtime if runtime is not None else scaled(w.runtime),
+            "ramp_time": 0 if runtime is not None else scaled(w.ramp_time, 0)})}))
+    phases = suite.phases
+    if phases.precondition is not None and scale is not None:
+        phases = phases.model_copy(update={"precondition": phases.precondition.model_copy(
+            update={"round": scaled(phases.precondition.round)})})
+    return suite.model_copy(update={"cells": tuple(cells), "phases": phases})

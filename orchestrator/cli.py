@@ -73,12 +73,15 @@ def _sessions(required: bool = True) -> Any:
 
 # --- suites -----------------------------------------------------------------------------------
 
+SUITE_HELP = "Suite YAML file, or the name of a built-in suite (labctl suite list)."
+
+
 @suite_app.command("validate")
 @fails_cleanly
-def suite_validate(files: Annotated[list[Path], typer.Argument(help="Suite YAML files.")]) -> None:
-    """Validate suite files; report every problem of every file."""
+def suite_validate(files: Annotated[list[str], typer.Argument(help=SUITE_HELP)]) -> None:
+    """Validate suites; report every problem of every one."""
     from labcontract.errors import SuiteError
-    from labcontract.suite import load_suite
+    from labcontract.suite import count_steps, load_suite
 
     failed = 0
     for f in files:
@@ -89,27 +92,50 @@ def suite_validate(files: Annotated[list[Path], typer.Argument(help="Suite YAML 
             fail(str(e))
             continue
         total = sum(w.expected_seconds for w in suite.workloads)
-        out.print(f"{f}: ok: suite {suite.name}, {len(suite.workloads)} workloads, ~{total}s of fio")
+        pc = suite.phases.precondition
+        extra = f", preconditioning up to {pc.max_rounds} x {pc.round}s per group" if pc else ""
+        out.print(f"{f}: ok: suite {suite.name}, {len(suite.cells)} cells, "
+                  f"{count_steps(list(suite.cells), suite.phases)} steps, ~{total}s measured{extra}",
+                  highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+@suite_app.command("list")
+def suite_list() -> None:
+    """The built-in suites."""
+    from labcontract.suite import builtin_suites, load_suite
+
+    table = Table("suite", "cells", "devices", "description")
+    for name in builtin_suites():
+        s = load_suite(name)
+        table.add_row(name, str(len(s.cells)), str(s.devices or "any"), s.description)
+    out.print(table)
 
 
 @suite_app.command("render")
 @fails_cleanly
 def suite_render(
-    file: Path,
-    device: Annotated[str | None, typer.Option(help="DUT path to put in filename= (default: ${LAB_DUT}).")]
+    suite: Annotated[str, typer.Argument(help=SUITE_HELP)],
+    device: Annotated[list[str] | None, typer.Option(help="DUT path(s) for filename= (default: ${LAB_DUT}).")]
     = None,
-    runtime: Annotated[int | None, typer.Option(help="Override every workload's runtime (s).")] = None,
+    runtime: Annotated[int | None, typer.Option(help="Set every measured cell's runtime (s).")] = None,
+    scale: Annotated[float | None, typer.Option(help="Multiply every duration by this factor.")] = None,
 ) -> None:
-    """Print the exact fio job files a suite expands to."""
+    """Print the plan: every step, and the exact fio job file of each fio step."""
     from labcontract.fiojob import DUT_PLACEHOLDER
     from labcontract.suite import load_suite
     from orchestrator.planner import plan
 
-    for step in plan(load_suite(file), device or DUT_PLACEHOLDER, runtime_override=runtime):
-        print(f"### step {step.seq}: {step.name}")
-        print(step.job_text)
+    s = load_suite(suite)
+    devices = device or [DUT_PLACEHOLDER] if s.devices is None else device or [
+        DUT_PLACEHOLDER if i == 0 else f"${{LAB_DUT{i}}}" for i in range(s.devices)]
+    for step in plan(s, devices, runtime=runtime, scale=scale):
+        more = " (further rounds until steady state)" if step.kind == "precondition" else ""
+        print(f"### step {step.seq}: {step.kind} {step.name}{more}")
+        if step.note:
+            print(f"; {step.note}")
+        print(step.job_text or "; purge: blkdiscard (block device) / punch-hole (file) of every DUT\n")
 
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -117,18 +143,22 @@ def suite_render(
 @app.command()
 @fails_cleanly
 def submit(
-    file: Path,
+    suite_ref: Annotated[str, typer.Argument(metavar="SUITE", help=SUITE_HELP)],
     host: Annotated[str, typer.Option(help="Host to run on (as registered by its agent).")],
-    device: Annotated[str, typer.Option(help="Declared DUT on that host: name, path or by-id path.")],
-    runtime: Annotated[int | None, typer.Option(help="Override every workload's runtime (s).")] = None,
+    device: Annotated[list[str], typer.Option(help="Declared DUT on that host: name, path or by-id path. "
+                                                   "Repeat for a device group.")],
+    runtime: Annotated[int | None, typer.Option(help="Set every measured cell's runtime (s).")] = None,
+    scale: Annotated[float | None, typer.Option(help="Multiply every duration (runtime, ramp, precondition "
+                                                     "round) by this factor.")] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the run to end and print its results.")] = False,
 ) -> None:
-    """Queue a suite on a host's device; prints the run id."""
+    """Queue a suite on a host's device(s); prints the run id."""
     from labcontract.transport import redis_client
     from orchestrator.client import ControllerClient, check_submission
 
-    suite = check_submission(file, host, device, _sessions())
-    run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(suite, host, device, runtime)
+    suite = check_submission(suite_ref, host, device, _sessions())
+    run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(suite, host, device, runtime,
+                                                                                  scale)
     if reply is None:
         print("warning: the controller has not answered yet; the submission waits in the broker",
               file=sys.stderr)
@@ -176,13 +206,14 @@ def runs(limit: Annotated[int, typer.Option()] = 30) -> None:
 
 @run_app.command("show")
 @fails_cleanly
-def run_show(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
-    """Steps, states and the metrics table of a run."""
+def run_show(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")],
+             rounds: Annotated[bool, typer.Option(help="Show every precondition round.")] = False) -> None:
+    """Steps, states, the four review metrics per cell, preconditioning verdicts, platform."""
     from orchestrator.queries import run_detail
     from orchestrator.report import print_run
 
     with _sessions()() as s:
-        print_run(out, run_detail(s, run))
+        print_run(out, run_detail(s, run), rounds=rounds)
 
 
 @run_app.command("report")
@@ -194,6 +225,42 @@ def run_report(run: str) -> None:
 
     with _sessions()() as s:
         print(write_markdown(run_detail(s, run), State.config.report_dir, State.config.artifact_dir))
+
+
+@app.command()
+@fails_cleanly
+def compare(
+    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="Baseline run (e.g. stock).")],
+    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="Run compared with it (e.g. HP).")],
+) -> None:
+    """Two runs side by side, cell by cell, with the difference in %."""
+    from orchestrator.compare import compare_runs, print_comparison
+
+    with _sessions()() as s:
+        print_comparison(out, compare_runs(s, run_a, run_b))
+
+
+analyze_app = typer.Typer(help="Analyse series from elsewhere.", no_args_is_help=True)
+app.add_typer(analyze_app, name="analyze")
+
+
+@analyze_app.command("steady-state")
+@fails_cleanly
+def analyze_steady_state(
+    file: Annotated[Path, typer.Argument(help="CSV: one value per round per line (optional header; the last "
+                                              "field of a line is the value).")],
+    window: Annotated[int, typer.Option(help="Rounds in the window.")] = 5,
+    max_range_pct: Annotated[float, typer.Option(help="Range limit, % of the window mean.")] = 20.0,
+    max_excursion_pct: Annotated[float, typer.Option(help="Fitted-line excursion limit, % of mean.")] = 10.0,
+) -> None:
+    """SNIA PTS steady state of a series: prints 'steady at round N' or 'not steady'."""
+    from labcontract.steady import SteadyCriteria
+    from orchestrator.analysis import analyze_steady_state as analyze
+
+    line, verdict = analyze(file, SteadyCriteria(window=window, max_range_pct=max_range_pct,
+                                                 max_excursion_pct=max_excursion_pct))
+    print(line)
+    print(verdict.reason, file=sys.stderr)
 
 
 @app.command()

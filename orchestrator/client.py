@@ -7,7 +7,7 @@ the answer. Reads (runs, hosts) go to the store directly, read-only.
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
+from collections.abc import Sequence
 
 import redis
 from sqlalchemy.orm import Session, sessionmaker
@@ -18,20 +18,23 @@ from labcontract.suite import Suite, load_suite
 from orchestrator.controller import new_run_id, submission_problems
 
 
-def check_submission(path: Path, host: str, device: str,
+def check_submission(ref: str, host: str, devices: Sequence[str],
                      sessions: sessionmaker[Session] | None) -> Suite:
-    """Every problem with a submission at once: the suite file's and the target's."""
+    """Every problem with a submission at once: the suite's and the target's."""
     problems: list[Problem] = []
     suite = None
+    source = ref
     try:
-        suite = load_suite(path)
+        suite = load_suite(ref)
+        source = suite.source
     except SuiteError as e:
         problems += e.problems
+        source = e.source
     if sessions is not None:
         with sessions() as s:
-            problems += submission_problems(s, host, device)
+            problems += submission_problems(s, host, devices, suite)
     if problems or suite is None:
-        raise SubmissionError(str(path), problems)
+        raise SubmissionError(source, problems)
     return suite
 
 
@@ -49,11 +52,12 @@ class ControllerClient:
             return None
         return Reply.model_validate_json(got[1])
 
-    def submit(self, suite: Suite, host: str, device: str, runtime: int | None) -> tuple[str, Reply | None]:
+    def submit(self, suite: Suite, host: str, devices: Sequence[str], runtime: int | None = None,
+               scale: float | None = None) -> tuple[str, Reply | None]:
         run_id = new_run_id()
         reply_to = REPLY_PREFIX + uuid.uuid4().hex
         cmd = Submit(run_id=run_id, suite_source=suite.source, suite_text=suite.source_text, host=host,
-                     device=device, runtime_override=runtime, reply_to=reply_to)
+                     devices=tuple(devices), runtime_override=runtime, scale=scale, reply_to=reply_to)
         reply = self._call(cmd, reply_to)
         if reply is not None and not reply.ok:
             raise SubmissionError(suite.source, [Problem("", e) for e in reply.errors])

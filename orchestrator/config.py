@@ -36,4 +36,5 @@ class ControllerTuning:
     dispatch_expires_s: float = 60.0      # a start message not consumed by then is dropped
     dispatch_retries: int = 3             # starts re-sent before the attempt fails
     step_timeout_margin_s: int = 120      # added to runtime+ramp for the agent's hard stop
+    purge_timeout_s: int = 3600           # a purge (discard of a whole device) may take long
     block_ms: int = 100                   # longest wait on the streams per loop pass

@@ -16,7 +16,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -24,7 +24,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.errors import FioError, LabError, Problem, ProtocolError, SubmissionError, SuiteError
-from labcontract.fioresult import parse_fio_output
+from labcontract.fiojob import device_section
+from labcontract.fioresult import StepMetrics, parse_fio_groups, parse_fio_output
+from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
 from labcontract.protocol import (
     COMMAND,
     COMMANDS_STREAM,
@@ -45,7 +47,8 @@ from labcontract.protocol import (
     check_version,
     decode_event,
 )
-from labcontract.suite import Workload, parse_suite
+from labcontract.suite import Suite, Workload, parse_suite
+from orchestrator import preconditioning
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.dispatch import Dispatcher
@@ -77,17 +80,32 @@ def find_device(host: Host, device: str) -> Device | None:
     return None
 
 
-def submission_problems(session: Session, host_name: str, device: str) -> list[Problem]:
-    """What is wrong with running on (host, device), judged by what agents registered."""
+def submission_problems(session: Session, host_name: str, devices: Sequence[str],
+                        suite: Suite | None = None) -> list[Problem]:
+    """What is wrong with running on (host, devices), judged by what agents registered."""
+    problems = []
+    if not devices:
+        problems.append(Problem("--device", "no device named"))
+    if suite is not None and suite.devices is not None and devices and len(devices) != suite.devices:
+        problems.append(Problem("--device", f"suite {suite.name} takes {suite.devices} device(s); "
+                                            f"{len(devices)} named"))
     host = session.get(Host, host_name)
     if host is None:
         known = ", ".join(session.scalars(select(Host.name).order_by(Host.name))) or "none registered"
-        return [Problem("--host", f"unknown host {host_name!r} (known: {known})")]
-    if find_device(host, device) is None:
-        declared = ", ".join(f"{d.name} ({d.path})" for d in host.devices if d.declared) or "none"
-        return [Problem("--device", f"{device!r} is not a declared DUT of host {host_name} "
-                                    f"(declared: {declared})")]
-    return []
+        return [*problems, Problem("--host", f"unknown host {host_name!r} (known: {known})")]
+    declared = ", ".join(f"{d.name} ({d.path})" for d in host.devices if d.declared) or "none"
+    seen: dict[str, str] = {}
+    for device in devices:
+        dev = find_device(host, device)
+        if dev is None:
+            problems.append(Problem("--device", f"{device!r} is not a declared DUT of host {host_name} "
+                                                f"(declared: {declared})"))
+        elif dev.path in seen:
+            problems.append(Problem("--device", f"{device!r} names device {dev.path} twice in one device group "
+                                                f"(also as {seen[dev.path]!r})"))
+        else:
+            seen[dev.path] = device
+    return problems
 
 
 class Controller:
@@ -282,27 +300,72 @@ class Controller:
             tail = stored.get("fio.stderr", b"").decode(errors="replace").strip().splitlines()[-3:]
             why = ev.reason or f"fio exited with code {ev.exit_code}"
             self._move(att, StepState.FAILED, why + (": " + " | ".join(tail) if tail else ""))
+        elif att.step.kind == "purge":
+            self._move(att, StepState.SUCCEEDED)
         else:
             try:
-                metrics = parse_fio_output(stored.get("fio.json", b""), source=f"attempt {att.id} fio.json")
+                self._store_measurement(s, att, stored.get("fio.json", b""))
             except FioError as e:
                 self._move(att, StepState.FAILED, str(e))
             else:
-                self._store_result(s, att, metrics)
                 self._move(att, StepState.SUCCEEDED)
+        step = att.step
+        if step.kind == "precondition" and att.state == StepState.FAILED:
+            preconditioning.fail_group(s, run, step, att.reason, self.clock())
         log.info("step ended: %s %s", att.state, att.reason, extra=self._ctx(att))
         self._finish_run_if_done(run)
 
-    def _store_result(self, s: Session, att: Attempt, metrics: Any) -> None:
+    def _store_measurement(self, s: Session, att: Attempt, raw: bytes) -> None:
+        """Parse fio's output by step kind and store the result; a precondition round also
+        decides whether another round follows."""
+        step, run = att.step, att.step.run
+        source = f"attempt {att.id} fio.json"
+        per_device: dict[str, Any] | None = None
+        series: dict[str, Any] | None = None
+        final: str | bytes = raw
+        if step.kind == "precondition":
+            samples, metrics = parse_status_stream(raw, source=source)
+            series = series_summary(samples)
+            final = split_status_stream(raw, source=source)[-1]
+        else:
+            metrics = parse_fio_output(raw, source=source)
+        devices = run.devices or [run.device]
+        if len(devices) > 1:
+            groups = parse_fio_groups(final, source=source)
+            per_device = {}
+            for i, dev in enumerate(devices):
+                g = groups.get(device_section(step.name, i))
+                if g is None:
+                    raise FioError(f"no result for device {dev} (job {device_section(step.name, i)})", path=source)
+                per_device[dev] = g.model_dump(mode="json")
+        self._store_result(s, att, metrics, per_device=per_device, series=series)
+        if step.kind == "precondition":
+            nxt = preconditioning.after_round(s, run, step, metrics, self.clock())
+            if nxt is not None:
+                run.steps.append(nxt)
+                log.info("precondition round %d: not steady yet; round %d queued", step.round, nxt.round,
+                         extra=self._ctx(att))
+            else:
+                log.info("precondition done after round %d", step.round, extra=self._ctx(att))
+
+    def _store_result(self, s: Session, att: Attempt, metrics: StepMetrics, *,
+                      per_device: dict[str, Any] | None = None, series: dict[str, Any] | None = None) -> None:
         host = s.get(Host, att.host)
-        device = find_device(host, att.device) if host else None
+        run = att.step.run
+        devices = []
+        for path in run.devices or [run.device]:
+            dev = find_device(host, path) if host else None
+            devices.append({k: getattr(dev, k) for k in ("name", "path", "kind", "size_bytes", "model",
+                                                         "serial", "firmware", "by_id")} if dev else {"path": path})
         c, r, w = metrics.combined, metrics.read, metrics.write
         provenance = {
             "host": host.facts if host else {},
             "agent_version": host.agent_version if host else None,
-            "device": {k: getattr(device, k) for k in ("name", "path", "kind", "size_bytes", "model",
-                                                       "serial", "firmware", "by_id")} if device else {},
-            "suite_sha256": att.step.run.suite_sha256,
+            "device": devices[0],
+            "devices": devices,
+            "op_mode": att.step.cell.get("op_mode", "stock"),
+            "op_note": att.step.note,
+            "suite_sha256": run.suite_sha256,
             "job_sha256": _sha(att.step.job_text),
         }
         s.add(Result(attempt_id=att.id, step_id=att.step_id, run_id=att.step.run_id,
@@ -311,7 +374,7 @@ class Controller:
                      lat_max_ns=c.lat_max_ns, lat_stddev_ns=c.lat_stddev_ns,
                      lat_p99_ns=c.percentiles_ns.get("p99"), runtime_ms=metrics.runtime_ms,
                      fio_version=metrics.fio_version, metrics=metrics.model_dump(mode="json"),
-                     provenance=provenance, created_at=self.clock()))
+                     per_device=per_device, series=series, provenance=provenance, created_at=self.clock()))
 
     def _abandon_rest(self, run: Run, reason: str) -> None:
         for step in run.steps:
@@ -361,26 +424,28 @@ class Controller:
             except SuiteError as e:
                 problems += e.problems
                 suite = None
-            problems += submission_problems(s, cmd.host, cmd.device)
+            problems += submission_problems(s, cmd.host, cmd.devices, suite)
             if problems or suite is None:
                 err = SubmissionError(cmd.suite_source, problems)
                 log.warning("submission %s rejected: %s", cmd.run_id, err.summary)
                 return Reply(ok=False, errors=tuple(str(p) for p in problems))
             host = s.get(Host, cmd.host)
             assert host is not None
-            device = find_device(host, cmd.device)
-            assert device is not None
+            paths = [dev.path for d in cmd.devices if (dev := find_device(host, d)) is not None]
             run = Run(id=cmd.run_id, suite_name=suite.name, suite_source=cmd.suite_source,
                       suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=cmd.host,
-                      device=device.path, runtime_override=cmd.runtime_override,
+                      device=paths[0], devices=paths, runtime_override=cmd.runtime_override, scale=cmd.scale,
                       state=str(RunState.QUEUED), submitted_at=self.clock())
-            for p in plan(suite, device.path, runtime_override=cmd.runtime_override):
-                run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}", seq=p.seq, name=p.name,
-                                      workload=p.workload.model_dump(mode="json"), job_text=p.job_text,
-                                      state=str(StepState.PENDING)))
+            for p in plan(suite, paths, runtime=cmd.runtime_override, scale=cmd.scale):
+                first_round = p.kind == "precondition"
+                run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}" + ("-r001" if first_round else ""),
+                                      seq=p.seq, round=1 if first_round else 0, kind=p.kind, name=p.name,
+                                      cell=p.cell, note=p.note,
+                                      workload=p.workload.model_dump(mode="json") if p.workload else None,
+                                      job_text=p.job_text, state=str(StepState.PENDING)))
             s.add(run)
             log.info("run queued: suite %s, %d steps on %s:%s", suite.name, len(run.steps), cmd.host,
-                     device.path, extra={"run": run.id, "host": cmd.host})
+                     ",".join(paths), extra={"run": run.id, "host": cmd.host})
         return Reply(ok=True, run_id=cmd.run_id)
 
     def cancel(self, cmd: Cancel) -> Reply:
@@ -413,13 +478,14 @@ class Controller:
             busy: set[tuple[str, str]] = set()
             to_send: list[StartStep] = []
             for run in runs:
-                key = (run.host, run.device)
-                if key in busy:
-                    continue           # an earlier run holds this device
-                busy.add(key)
+                keys = {(run.host, d) for d in (run.devices or [run.device])}
+                if keys & busy:
+                    continue           # an earlier run holds one of its devices
+                busy |= keys
                 if any(st.state in ACTIVE_STEP for st in run.steps):
                     continue
-                nxt = next((st for st in run.steps if st.state == StepState.PENDING), None)
+                nxt = min((st for st in run.steps if st.state == StepState.PENDING),
+                          key=lambda st: (st.seq, st.round), default=None)
                 if nxt is None or not self.host_up(s.get(Host, run.host)):
                     continue
                 to_send.append(self._new_attempt(s, run, nxt))
@@ -430,11 +496,12 @@ class Controller:
         now = self.clock()
         if run.state == RunState.QUEUED:
             run.state, run.started_at = str(check_run(run.id, run.state, RunState.RUNNING)), now
-        workload = Workload.model_validate(step.workload)
+        expected = (Workload.model_validate(step.workload).expected_seconds if step.workload
+                    else self.tuning.purge_timeout_s)
         number = len(step.attempts) + 1
         att = Attempt(id=f"{step.id}-a{number}", number=number, host=run.host, device=run.device,
                       state=str(StepState.DISPATCHED), dispatch_count=1, dispatched_at=now,
-                      timeout_s=workload.expected_seconds + self.tuning.step_timeout_margin_s)
+                      timeout_s=expected + self.tuning.step_timeout_margin_s)
         step.attempts.append(att)
         check_step("step", step.id, step.state, StepState.DISPATCHED)
         step.state = str(StepState.DISPATCHED)
@@ -443,8 +510,10 @@ class Controller:
 
     def _start_msg(self, run: Run, step: Step, att: Attempt) -> StartStep:
         return StartStep(run_id=run.id, step_id=step.id, attempt_id=att.id, host=att.host,
-                         device=att.device, job_name=step.name,
-                         workload=Workload.model_validate(step.workload),
+                         action="purge" if step.kind == "purge" else "fio",
+                         devices=tuple(run.devices or [run.device]), job_name=step.name,
+                         workload=Workload.model_validate(step.workload) if step.workload else None,
+                         status_interval_s=1 if step.kind == "precondition" else None,
                          timeout_s=att.timeout_s, dispatched_at=att.dispatched_at or self.clock())
 
     def watch(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from rich.console import Console
 
@@ -18,7 +17,7 @@ from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
 from orchestrator.watch import wait_run
 
-DEMO_SUITE = Path(__file__).parent / "suites" / "demo.yaml"
+DEMO_SUITE = "demo"
 DEMO_HOST = "lab-local"
 
 
@@ -54,7 +53,7 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
         wait_for(registered, 60, "the agent to register with the controller", interval=0.2)
         console.print(f"controller pid {controller.popen.pid}, agent {DEMO_HOST} pid {agent.popen.pid}: up")
         suite = load_suite(DEMO_SUITE)
-        run_id, _reply = ControllerClient(redis_client(broker)).submit(suite, DEMO_HOST, "dut0", runtime)
+        run_id, _reply = ControllerClient(redis_client(broker)).submit(suite, DEMO_HOST, ["dut0"], runtime)
         console.print(f"submitted suite {suite.name} ({len(suite.workloads)} steps x {runtime}s): run {run_id}")
         code = wait_run(db, run_id, console, timeout_s=len(suite.workloads) * (runtime + 60) + 60)
         with db() as s:

@@ -1,23 +1,76 @@
-"""Suite -> plan: the steps a suite expands to on one device (what to run, not a run)."""
+"""Suite -> plan: the steps a suite expands to on a device (or device group).
+
+Per OP mode, cells run in suite order. Consecutive cells of one profile that are the same
+workload (rw, bs, read share, random share, footprint) form a group; with preconditioning,
+each group is preceded by a purge (when the suite asks for it) and a precondition step: round 1
+of the group's workload at the precondition's threads x queue depth. The controller appends
+further rounds until steady state or ``max_rounds``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from labcontract.fiojob import render_job
-from labcontract.suite import Suite, Workload
+from labcontract.suite import Cell, Precondition, Suite, Workload, cell_name, op_footprint, with_overrides
+
+StepKind = Literal["purge", "precondition", "measure"]
 
 
 @dataclass(frozen=True)
 class PlannedStep:
     seq: int
+    kind: StepKind
     name: str
-    workload: Workload
+    workload: Workload | None
     job_text: str
+    cell: dict[str, Any] = field(default_factory=dict)   # profile, op_mode, swept dims
+    note: str = ""
 
 
-def plan(suite: Suite, device_path: str, *, runtime_override: int | None = None) -> list[PlannedStep]:
-    if runtime_override is not None:
-        suite = suite.with_runtime(runtime_override)
-    return [PlannedStep(seq=i, name=w.name, workload=w, job_text=render_job(w, device_path))
-            for i, w in enumerate(suite.workloads)]
+def precondition_workload(cell: Cell, pc: Precondition, n_op_modes: int) -> Workload:
+    """The cell's own workload at the precondition's load, one round long (name without round)."""
+    dims = {k: v for k, v in cell.dims.items() if k not in ("numjobs", "iodepth")}
+    name = cell_name(cell.profile, dims, cell.op_mode, n_op_modes)
+    return cell.workload.model_copy(update={
+        "name": f"precondition.{name}", "numjobs": pc.numjobs, "iodepth": pc.iodepth, "runtime": pc.round,
+        "ramp_time": 0, "time_based": True})
+
+
+def round_workload(base: Workload, round_no: int) -> Workload:
+    return base.model_copy(update={"name": f"{base.name}.round{round_no}"})
+
+
+def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
+         scale: float | None = None) -> list[PlannedStep]:
+    suite = with_overrides(suite, runtime=runtime, scale=scale)
+    pc = suite.phases.precondition
+    steps: list[PlannedStep] = []
+
+    def add(kind: StepKind, name: str, workload: Workload | None, cell: dict[str, Any], note: str = "") -> None:
+        job = render_job(workload, devices) if workload is not None else ""
+        steps.append(PlannedStep(seq=len(steps), kind=kind, name=name, workload=workload, job_text=job,
+                                 cell=cell, note=note))
+
+    for op_mode in suite.op_modes:
+        cells = [c for c in suite.cells if c.op_mode == op_mode]
+        any_pc = any(c.precondition for c in cells)
+        if suite.phases.purge and not any_pc:
+            add("purge", f"purge.{op_mode.replace(':', '')}", None, {"op_mode": op_mode})
+        previous: tuple[object, ...] | None = None
+        for c in cells:
+            group = (c.profile, c.workload.identity)
+            _fp, note = op_footprint(op_mode, None)
+            if c.precondition and pc is not None and group != previous:
+                pw = precondition_workload(c, pc, len(suite.op_modes))
+                if suite.phases.purge:
+                    add("purge", pw.name.replace("precondition.", "purge.", 1), None,
+                        {"op_mode": op_mode, "profile": c.profile})
+                first = round_workload(pw, 1)
+                add("precondition", first.name, first, {"op_mode": op_mode, "profile": c.profile, "round": 1}, note)
+            previous = group
+            add("measure", c.workload.name, c.workload, {"op_mode": op_mode, "profile": c.profile, **c.dims},
+                note)
+    return steps

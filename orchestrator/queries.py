@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from labcontract.errors import StoreError
-from orchestrator.store.models import Attempt, Host, Result, Run, Step
+from orchestrator.store.models import Attempt, Host, PreconditionRecord, Result, Run, Step
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,7 @@ class RunDetail:
     run: Run
     steps: list[Step]
     results: dict[str, Result]      # step id -> result of its successful attempt
+    preconditions: list[PreconditionRecord]
 
 
 def list_runs(s: Session, limit: int = 50) -> list[tuple[Run, int, int]]:
@@ -49,7 +50,10 @@ def run_detail(s: Session, ref: str) -> RunDetail:
     run = s.scalars(select(Run).where(Run.id == rid).options(
         selectinload(Run.steps).selectinload(Step.attempts).selectinload(Attempt.artifacts))).one()
     results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == rid))}
-    return RunDetail(run=run, steps=list(run.steps), results=results)
+    pcs = list(s.scalars(select(PreconditionRecord).where(PreconditionRecord.run_id == rid)
+                         .order_by(PreconditionRecord.seq)))
+    steps = sorted(run.steps, key=lambda st: (st.seq, st.round))
+    return RunDetail(run=run, steps=steps, results=results, preconditions=pcs)
 
 
 def list_hosts(s: Session) -> list[Host]:

@@ -29,14 +29,14 @@ from orchestrator.store.models import Host
 QUICK_SUITE = """\
 suite: quick
 defaults: {ioengine: libaio, direct: true, runtime: 1s}
-workloads:
+profiles:
   - {name: 4k-randread, rw: randread, bs: 4k, iodepth: 8}
   - {name: 8k-randrw, rw: randrw, bs: 8k, rwmixread: 70, iodepth: 4, numjobs: 2}
 """
 
 
 def one_workload(runtime: int, name: str = "long-randread") -> str:
-    return (f"suite: single\nworkloads:\n  - {{name: {name}, rw: randread, bs: 4k, iodepth: 4, "
+    return (f"suite: single\nprofiles:\n  - {{name: {name}, rw: randread, bs: 4k, iodepth: 4, "
             f"runtime: {runtime}s}}\n")
 
 
@@ -58,11 +58,12 @@ class LabHandle:
     def redis(self) -> Any:
         return redis_client(self.broker)
 
-    def submit(self, suite_text: str, device: str = "dut0", *, host: str | None = None,
-               runtime: int | None = None) -> str:
+    def submit(self, suite_text: str, device: str | list[str] = "dut0", *, host: str | None = None,
+               runtime: int | None = None, scale: float | None = None) -> str:
         suite = parse_suite(suite_text, "test-suite.yaml")
+        devices = [device] if isinstance(device, str) else device
         run_id, reply = ControllerClient(self.redis(), timeout_s=30).submit(
-            suite, host or self.host, device, runtime)
+            suite, host or self.host, devices, runtime, scale)
         assert reply is not None and reply.ok, reply
         return run_id
 
@@ -163,6 +164,7 @@ def fio_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     suite = parse_suite(QUICK_SUITE, "quick")
     out: dict[str, bytes] = {}
     for w in suite.workloads:
+        w = w.model_copy(update={"name": w.name.split(".")[0]})
         job = d / f"{w.name}.fio"
         job.write_text(render_job(w, str(target)))
         res = d / f"{w.name}.json"

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    MetaData,
     String,
     Text,
     UniqueConstraint,
@@ -28,6 +29,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
 class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention={
+        "ix": "ix_%(column_0_label)s", "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s", "pk": "pk_%(table_name)s"})
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
@@ -74,27 +78,34 @@ class Run(Base):
     suite_text: Mapped[str] = mapped_column(Text)
     suite_sha256: Mapped[str] = mapped_column(String(64))
     host: Mapped[str] = mapped_column(String(128))
-    device: Mapped[str] = mapped_column(String(512))
+    device: Mapped[str] = mapped_column(String(512))              # the first device (display)
+    devices: Mapped[list[Any]] = mapped_column(default=list)     # every device path, in group order
     runtime_override: Mapped[int | None] = mapped_column(Integer)
+    scale: Mapped[float | None] = mapped_column(Float)
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
     priority: Mapped[int] = mapped_column(Integer, default=0)
     submitted_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
-    steps: Mapped[list[Step]] = relationship(back_populates="run", order_by="Step.seq",
+    steps: Mapped[list[Step]] = relationship(back_populates="run", order_by="[Step.seq, Step.round]",
                                              cascade="all, delete-orphan")
 
 
 class Step(Base):
     __tablename__ = "steps"
-    __table_args__ = (UniqueConstraint("run_id", "seq"), Index("ix_steps_state", "state"))
+    __table_args__ = (UniqueConstraint("run_id", "seq", "round", name="uq_steps_run_id_seq_round"),
+                      Index("ix_steps_state", "state"))
 
-    id: Mapped[str] = mapped_column(String(48), primary_key=True)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     seq: Mapped[int] = mapped_column(Integer)
-    name: Mapped[str] = mapped_column(String(128))
-    workload: Mapped[dict[str, Any]] = mapped_column()
+    round: Mapped[int] = mapped_column(Integer, default=0)       # precondition round (0: not a round)
+    kind: Mapped[str] = mapped_column(String(16), default="measure")   # purge | precondition | measure
+    name: Mapped[str] = mapped_column(String(160))
+    cell: Mapped[dict[str, Any]] = mapped_column(default=dict)  # op_mode, profile, swept values
+    note: Mapped[str] = mapped_column(Text, default="")
+    workload: Mapped[dict[str, Any] | None] = mapped_column()
     job_text: Mapped[str] = mapped_column(Text)          # as rendered for the run's device
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
@@ -108,7 +119,7 @@ class Attempt(Base):
     __tablename__ = "attempts"
     __table_args__ = (UniqueConstraint("step_id", "number"), Index("ix_attempts_state", "state"))
 
-    id: Mapped[str] = mapped_column(String(48), primary_key=True)
+    id: Mapped[str] = mapped_column(String(72), primary_key=True)
     step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))
     number: Mapped[int] = mapped_column(Integer)
     host: Mapped[str] = mapped_column(String(128))
@@ -151,6 +162,8 @@ class Result(Base):
     runtime_ms: Mapped[int] = mapped_column(Integer)
     fio_version: Mapped[str] = mapped_column(String(32))
     metrics: Mapped[dict[str, Any]] = mapped_column()      # full StepMetrics
+    per_device: Mapped[dict[str, Any] | None] = mapped_column()   # device path -> StepMetrics (groups)
+    series: Mapped[dict[str, Any] | None] = mapped_column()       # per-second columns (precondition)
     provenance: Mapped[dict[str, Any]] = mapped_column()   # host facts + DUT at the time
     created_at: Mapped[float] = mapped_column(Float)
     attempt: Mapped[Attempt] = relationship(back_populates="result")
@@ -167,3 +180,21 @@ class Artifact(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     path: Mapped[str] = mapped_column(String(512))   # relative to the artifact root
     attempt: Mapped[Attempt] = relationship(back_populates="artifacts")
+
+
+class PreconditionRecord(Base):
+    """The steady-state record of one precondition group: every round's four metrics and the verdict."""
+
+    __tablename__ = "preconditions"
+    __table_args__ = (UniqueConstraint("run_id", "seq", name="uq_preconditions_run_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)                  # the plan position of its steps
+    name: Mapped[str] = mapped_column(String(160))
+    criteria: Mapped[dict[str, Any]] = mapped_column()         # window, limits, track, max_rounds
+    rounds: Mapped[list[Any]] = mapped_column(default=list)    # per round: iops, lat_mean_ns, lat_max_ns, ...
+    steady: Mapped[bool | None] = mapped_column(Boolean)       # None while running
+    reached_round: Mapped[int | None] = mapped_column(Integer)
+    verdict: Mapped[str] = mapped_column(Text, default="")
+    ended_at: Mapped[float | None] = mapped_column(Float)

@@ -104,7 +104,7 @@ def test_suite_runs_end_to_end_with_the_store_on_postgres(pg_url: str, tmp_path:
         show = handle.labctl("run", "show", run_id[:12])
         assert show.returncode == 0, show.stderr
         assert run_id in show.stdout and "4k-randread" in show.stdout and "8k-randrw" in show.stdout
-        assert "total IOPS" in show.stdout and handle.duts["dut0"].path in show.stdout
+        assert "avg lat us" in show.stdout and handle.duts["dut0"].path in show.stdout
     finally:
         handle.lab.stop()
         handle.sessions.kw["bind"].dispose()

@@ -65,7 +65,7 @@ def test_fio_finished_while_agent_was_away_is_reported(fresh_lab: LabHandle) -> 
 
 def test_controller_restart_loses_nothing(fresh_lab: LabHandle) -> None:
     lab = fresh_lab
-    suite = ("suite: three\nworkloads:\n" + "".join(
+    suite = ("suite: three\nprofiles:\n" + "".join(
         f"  - {{name: w{i}, rw: randread, bs: 4k, iodepth: 4, runtime: 2s}}\n" for i in range(3)))
     run_id = lab.submit(suite)
     lab.wait_step_state(run_id, "RUNNING")
@@ -102,7 +102,7 @@ def test_redelivered_start_runs_fio_once(fresh_lab: LabHandle) -> None:
     w = parse_suite(one_workload(2), "x").workloads[0]
     attempt = f"manual-{uuid.uuid4().hex[:6]}"
     msg = StartStep(run_id="manual", step_id="manual-s000", attempt_id=attempt, host=lab.host,
-                    device=lab.duts["dut0"].path, job_name=w.name, workload=w, timeout_s=60,
+                    devices=(lab.duts["dut0"].path,), job_name=w.name, workload=w, timeout_s=60,
                     dispatched_at=time.time())
     disp = Dispatcher(lab.broker, expires_s=30)
     try:

@@ -63,7 +63,7 @@ def test_cli_reads_runs_hosts_and_results(lab: LabHandle) -> None:
     runs = lab.labctl("runs", check=True).stdout
     assert run_id in runs and "SUCCEEDED" in runs
     show = lab.labctl("run", "show", run_id[:12], check=True).stdout
-    assert "4k-randread" in show and "8k-randrw" in show and "total IOPS" in show
+    assert "4k-randread" in show and "8k-randrw" in show and "avg lat us" in show
     assert "fio-3" in show and lab.duts["dut0"].path in show
     hosts = lab.labctl("hosts", check=True).stdout
     assert lab.host in hosts and "up" in hosts and f"dut0={lab.duts['dut0'].path}" in hosts
@@ -86,14 +86,14 @@ def test_bad_submissions_are_refused_with_every_problem_and_nothing_dispatched(
     with lab.sessions() as s:
         before = s.scalar(select(func.count()).select_from(Run))
     bad = tmp_path / "bad.yaml"
-    bad.write_text("suite: bad\nworkloads:\n  - {name: a, rw: randrw, bs: 4q, rwmixread: 150, iodepth: 0,"
+    bad.write_text("suite: bad\nprofiles:\n  - {name: a, rw: randrw, bs: 4q, rwmixread: 150, iodepth: 0,"
                    " colour: blue}\n")
     res = lab.labctl("submit", str(bad), "--host", "nohost", "--device", "dut9")
     assert res.returncode == 1
     err = res.stderr
     assert err.startswith(f"error: {bad}: 5 problems in submission")
-    for fragment in ("workloads[0].bs: not a size: '4q'", "workloads[0].rwmixread: 150 is out of range",
-                     "workloads[0].iodepth: 0 is out of range", "workloads[0].colour: unknown key",
+    for fragment in ("profiles[0].bs: not a size: '4q'", "profiles[0].rwmixread: 150 is out of range",
+                     "profiles[0].iodepth: 0 is out of range", "profiles[0].colour: unknown key",
                      "--host: unknown host 'nohost'"):
         assert f"{bad}: {fragment}" in err, err
     good = tmp_path / "good.yaml"
@@ -101,7 +101,7 @@ def test_bad_submissions_are_refused_with_every_problem_and_nothing_dispatched(
     res = lab.labctl("submit", str(good), "--host", lab.host, "--device", "/dev/sdz")
     assert res.returncode == 1 and "--device: '/dev/sdz' is not a declared DUT of host" in res.stderr
     res = lab.labctl("suite", "validate", str(bad), str(good))
-    assert res.returncode == 1 and "good.yaml: ok: suite quick, 2 workloads" in res.stdout
+    assert res.returncode == 1 and "good.yaml: ok: suite quick, 2 cells" in res.stdout
     assert "bad.yaml: 4 problems in suite" in res.stderr
     with lab.sessions() as s:
         assert s.scalar(select(func.count()).select_from(Run)) == before

@@ -32,7 +32,7 @@ from orchestrator.store.models import Attempt, Result, Run
 
 SUITE = """\
 suite: two
-workloads:
+profiles:
   - {name: 4k-randread, rw: randread, bs: 4k, iodepth: 8, runtime: 1}
   - {name: 8k-randrw, rw: randrw, bs: 8k, rwmixread: 70, iodepth: 4, numjobs: 2, runtime: 1}
 """
@@ -77,7 +77,7 @@ def env(tmp_path: Path) -> tuple[Controller, RecordingDispatcher, Clock, session
 
 def submit(ctl: Controller, host: str = "h1", device: str = "dut0", run_id: str = "r1") -> Any:
     return ctl.submit(Submit(run_id=run_id, suite_source="two.yaml", suite_text=SUITE, host=host,
-                             device=device, reply_to="x"))
+                             devices=(device,), reply_to="x"))
 
 
 def ended(attempt_id: str, fio_json: bytes, **kw: Any) -> StepEnded:
@@ -93,8 +93,8 @@ def test_submission_problems_name_host_and_device(env: Any) -> None:
     assert not r.ok and r.errors == ("--host: unknown host 'nohost' (known: h1)",)
     r = submit(ctl, device="dut7")
     assert not r.ok and "--device: 'dut7' is not a declared DUT of host h1 (declared: dut0 (/dev/loop9))" in r.errors
-    bad = ctl.submit(Submit(run_id="r9", suite_source="bad.yaml", suite_text="suite: b\nworkloads:\n"
-                            "  - {name: a, rw: read, bs: 4q}\n", host="nohost", device="d", reply_to="x"))
+    bad = ctl.submit(Submit(run_id="r9", suite_source="bad.yaml", suite_text="suite: b\nprofiles:\n"
+                            "  - {name: a, rw: read, bs: 4q}\n", host="nohost", devices=("d",), reply_to="x"))
     assert not bad.ok and len(bad.errors) == 2   # the suite's problem and the host's, together
 
 
@@ -114,7 +114,7 @@ def test_full_run(env: Any, fio_outputs: dict[str, bytes]) -> None:
     ctl.schedule()
     ctl.schedule()                 # one step at a time per device
     (first,) = disp.starts()
-    assert first.attempt_id == "r1-s000-a1" and first.device == "/dev/loop9"
+    assert first.attempt_id == "r1-s000-a1" and first.devices == ("/dev/loop9",) and first.action == "fio"
     assert first.timeout_s == 1 + ControllerTuning().step_timeout_margin_s
     ctl.handle_event(StepStarted(host="h1", attempt_id=first.attempt_id, pid=42, fio_started_at=clock.t,
                                  job_sha256="x"))

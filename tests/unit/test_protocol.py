@@ -22,8 +22,8 @@ from labcontract.suite import parse_suite
 
 
 def start_msg() -> StartStep:
-    w = parse_suite("suite: s\nworkloads:\n  - {name: a, rw: read, bs: 4k}\n", "s").workloads[0]
-    return StartStep(run_id="r1", step_id="r1-s000", attempt_id="r1-s000-a1", host="h", device="/dev/x",
+    w = parse_suite("suite: s\nprofiles:\n  - {name: a, rw: read, bs: 4k}\n", "s").workloads[0]
+    return StartStep(run_id="r1", step_id="r1-s000", attempt_id="r1-s000-a1", host="h", devices=("/dev/x",),
                      job_name="a", workload=w, timeout_s=100, dispatched_at=1.0)
 
 
@@ -38,7 +38,7 @@ def test_events_round_trip() -> None:
 def test_other_protocol_version_is_rejected() -> None:
     data = json.loads(Heartbeat(host="h").model_dump_json())
     data["v"] = PROTOCOL_VERSION + 1
-    with pytest.raises(ProtocolError, match="protocol version 2 is not spoken here"):
+    with pytest.raises(ProtocolError, match=f"protocol version {PROTOCOL_VERSION + 1} is not spoken here"):
         decode_event(json.dumps(data))
     payload = start_msg().model_dump(mode="json") | {"v": 99}
     with pytest.raises(ProtocolError) as info:
@@ -50,7 +50,7 @@ def test_malformed_messages_are_protocol_errors() -> None:
     with pytest.raises(ProtocolError):
         decode_event('{"v": 1, "type": "nonsense", "host": "h"}')
     payload = start_msg().model_dump(mode="json")
-    del payload["device"]
+    del payload["devices"]
     with pytest.raises(ProtocolError, match="malformed StartStep"):
         decode(StartStep, payload)
 

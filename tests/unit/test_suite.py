@@ -1,30 +1,59 @@
-"""Suite validation: every problem reported at once, by file and key path."""
+"""Suite language: validation with every problem at once, sweeps, ladders, OP modes, device groups,
+built-in suites, and equivalence with the published review command lines."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
 
 from labcontract.errors import SuiteError
 from labcontract.fiojob import render_job
-from labcontract.suite import load_suite, parse_suite
+from labcontract.suite import builtin_suites, count_steps, load_suite, parse_suite, with_overrides
 from labcontract.units import format_size, parse_duration, parse_size
+from orchestrator.planner import plan
 
 GOOD = """\
 suite: good
 defaults: {runtime: 2m, iodepth: 16, numjobs: 16, refill_buffers: true, norandommap: true, randrepeat: false}
-workloads:
+profiles:
   - {name: 4k-read, rw: randrw, bs: 4k, rwmixread: 100}
   - {name: 8k-7030, rw: randrw, bs: 8K, rwmixread: 70, footprint: 20%}
   - {name: 128k-seq, rw: read, bs: 128KiB, iodepth: 4, footprint: 1g}
 """
+
+# methodology.md section 3, verbatim
+PUBLISHED_4K = ("fio --filename=/dev/sdx --direct=1 --rw=randrw --refill_buffers --norandommap --randrepeat=0 "
+                "--ioengine=libaio --bs=4k --rwmixread=100 --iodepth=16 --numjobs=16 --runtime=60 "
+                "--group_reporting --name=4ktest")
+REPORTING_ONLY = {"lat_percentiles", "percentile_list"}   # change what fio reports, not what it does
 
 
 def problems(text: str) -> list[str]:
     with pytest.raises(SuiteError) as info:
         parse_suite(text, "s.yaml")
     return [str(p) for p in info.value.problems]
+
+
+def cli_options(cmdline: str) -> dict[str, str]:
+    opts = {}
+    for tok in shlex.split(cmdline)[1:]:
+        key, _, value = tok[2:].partition("=")
+        opts[key] = value or "1"
+    return opts
+
+
+def job_options(job: str) -> dict[str, str]:
+    """The effective options of a single-job fio job file ([global] merged with the job section)."""
+    opts: dict[str, str] = {}
+    for line in job.splitlines():
+        if line.startswith("[") and line != "[global]":
+            opts["name"] = line.strip("[]")
+        elif "=" in line and not line.startswith(";"):
+            k, v = line.split("=", 1)
+            opts[k] = v
+    return opts
 
 
 def test_good_suite_resolves_defaults() -> None:
@@ -34,64 +63,103 @@ def test_good_suite_resolves_defaults() -> None:
     assert (w0.bs, w0.rwmixread, w0.iodepth, w0.numjobs, w0.runtime) == (4096, 100, 16, 16, 120)
     assert w1.footprint == "20%" and w1.bs == 8192
     assert w2.iodepth == 4 and w2.footprint == str(1 << 30) and w2.rwmixread is None
-    assert len(s.sha256) == 64
+    assert len(s.sha256) == 64 and s.devices == 1 and s.op_modes == ("stock",)
 
 
 def test_mixed_mode_defaults_to_50_50() -> None:
-    s = parse_suite("suite: m\nworkloads:\n  - {name: a, rw: randrw, bs: 4k}\n", "m.yaml")
+    s = parse_suite("suite: m\nprofiles:\n  - {name: a, rw: randrw, bs: 4k}\n", "m.yaml")
     assert s.workloads[0].rwmixread == 50
+
+
+def test_sweeps_and_ladders_are_cartesian_products_in_key_order() -> None:
+    s = parse_suite("""\
+suite: sw
+profiles:
+  - {name: p, rw: randrw, sweep: {rwmixread: [100, 50], bs: [4k, 8k]}}
+  - {name: l, rw: randrw, bs: 8k, rwmixread: 70, ladder: {numjobs: [2, 4], iodepth: [2, 4, 8]}}
+""", "sw.yaml")
+    names = [w.name for w in s.workloads]
+    assert names[:4] == ["p.r100.4k", "p.r100.8k", "p.r50.4k", "p.r50.8k"]
+    assert names[4:] == ["l.t2.q2", "l.t2.q4", "l.t2.q8", "l.t4.q2", "l.t4.q4", "l.t4.q8"]
+    assert [(w.numjobs, w.iodepth) for w in s.workloads[4:]] == [(2, 2), (2, 4), (2, 8), (4, 2), (4, 4), (4, 8)]
+    assert s.cells[0].dims == {"rwmixread": 100, "bs": 4096}
 
 
 def test_every_problem_at_once_with_key_paths() -> None:
     got = problems("""\
 suite: bad
 defaults: {iodepth: 0, colour: red}
-workloads:
+profiles:
   - {name: a, rw: randread, bs: 4q}
   - {name: b, rw: randrw, bs: 4k, rwmixread: 150}
   - {name: c, rw: randread, bs: 4k, iodepth: -2, numjobs: 0}
   - {name: d, rw: sideways}
-  - {name: a, rw: read, bs: 4k, rwmixread: 10}
+  - {name: e, rw: read, bs: 4k, rwmixread: 30}
+  - {name: f, rw: randrw, sweep: {bs: [4k, 4q], colour: [1]}}
+  - {name: g, rw: read, bs: 4k, footprint: 150%}
 """)
     assert "defaults.iodepth: 0 is out of range (must be >= 1)" in got
     assert "defaults.colour: unknown key" in got
-    assert any(p.startswith("workloads[0].bs: not a size: '4q'") for p in got)
-    assert "workloads[1].rwmixread: 150 is out of range (must be <= 100)" in got
-    assert "workloads[2].iodepth: -2 is out of range (must be >= 1)" in got
-    assert "workloads[2].numjobs: 0 is out of range (must be >= 1)" in got
-    assert any(p.startswith("workloads[3].rw: 'sideways' is not one of") for p in got)
-    assert "workloads[3].bs: required key is missing (here or in defaults)" in got
-    assert "workloads[4].name: duplicate workload name 'a'" in got
-    assert "workloads[4].rwmixread: only applies to mixed modes, not rw=read" in got
+    assert any(p.startswith("profiles[0].bs: not a size: '4q'") for p in got)
+    assert "profiles[1].rwmixread: 150 is out of range (must be <= 100)" in got
+    assert "profiles[2].iodepth: -2 is out of range (must be >= 1)" in got
+    assert "profiles[2].numjobs: 0 is out of range (must be >= 1)" in got
+    assert any(p.startswith("profiles[3].rw: 'sideways' is not one of") for p in got)
+    assert "profiles[3].bs: required key is missing (here, in a sweep or in defaults)" in got
+    assert "profiles[4].rwmixread: contradicts rw=read (only mixed modes rw/readwrite/randrw take a read share)" in got
+    assert "profiles[6].footprint: footprint '150%' must be above 0% and at most 100%" in got
+    assert len(got) >= 10, got
+
+
+def test_sweep_values_are_validated_one_by_one() -> None:
+    got = problems("suite: s\nprofiles:\n  - {name: f, rw: randrw, sweep: {bs: [4k, 4q], colour: [1], "
+                   "iodepth: [1, 1]}}\n")
+    assert any(p.startswith("profiles[0].sweep.bs[1]: not a size: '4q'") for p in got), got
+    assert any(p.startswith("profiles[0].sweep.colour: cannot sweep 'colour'") for p in got), got
+    assert "profiles[0].sweep.iodepth: a value is listed twice" in got
+
+
+def test_cell_limit() -> None:
+    got = problems("suite: big\ncell_limit: 100\nprofiles:\n  - {name: p, rw: randrw, sweep: "
+                   "{rwmixread: [0, 25, 50, 75, 100], bs: [4k, 8k, 16k, 32k, 64k], "
+                   "percentage_random: [0, 25, 50, 75, 100]}}\n")
+    assert got == ["cell_limit: the suite expands to 125 steps (125 measured cells), over the limit of 100"]
 
 
 def test_error_message_names_the_file(tmp_path: Path) -> None:
     f = tmp_path / "broken.yaml"
-    f.write_text("suite: x\nworkloads:\n  - {name: a, rw: read, bs: 4q}\n")
+    f.write_text("suite: x\nprofiles:\n  - {name: a, rw: read, bs: 4q}\n")
     with pytest.raises(SuiteError) as info:
-        load_suite(f)
+        load_suite(str(f))
     text = str(info.value)
     assert text.splitlines()[0] == f"{f}: 1 problem in suite"
-    assert f"{f}: workloads[0].bs: not a size: '4q'" in text
+    assert f"{f}: profiles[0].bs: not a size: '4q'" in text
+
+
+def test_unknown_builtin_suite_lists_the_builtins() -> None:
+    with pytest.raises(SuiteError) as info:
+        load_suite("enterprise-synthetc")
+    msg = str(info.value)
+    assert "no built-in suite 'enterprise-synthetc'" in msg
+    for name in ("enterprise-synthetic", "pattern-125", "device-group", "demo"):
+        assert name in msg
 
 
 @pytest.mark.parametrize(("text", "expect"), [
     ("", "a suite must be a mapping"),
-    ("suite: x\nworkloads: [\n", "not valid YAML"),
-    ("suite: x\nworkloads: []\n", "workloads"),
-    ("workloads:\n  - {name: a, rw: read, bs: 4k}\n", "suite: required key is missing"),
-    ("suite: 'bad name!'\nworkloads:\n  - {name: a, rw: read, bs: 4k}\n", "not a valid name"),
-    ("suite: x\nworkloads:\n  - {name: a, rw: read, bs: 100}\n", "below 512 bytes"),
-    ("suite: x\nworkloads:\n  - {name: a, rw: read, bs: 4k, runtime: 0}\n", "runtime"),
-    ("suite: x\nworkloads:\n  - {name: a, rw: read, bs: 4k, footprint: 150%}\n", "at most 100%"),
+    ("suite: x\nprofiles: [\n", "not valid YAML"),
+    ("suite: x\nprofiles: []\n", "profiles: must not be empty"),
+    ("profiles:\n  - {name: a, rw: read, bs: 4k}\n", "suite: required key is missing"),
+    ("suite: 'bad name!'\nprofiles:\n  - {name: a, rw: read, bs: 4k}\n", "not a valid name"),
+    ("suite: x\nprofiles:\n  - {name: a, rw: read, bs: 100}\n", "below 512 bytes"),
+    ("suite: x\nprofiles:\n  - {name: a, rw: read, bs: 4k, runtime: 0}\n", "runtime"),
+    ("suite: x\nop_modes: [stock, turbo]\nprofiles:\n  - {name: a, rw: read, bs: 4k}\n", "not OP modes"),
+    ("suite: x\nop_modes: ['hp:95']\nprofiles:\n  - {name: a, rw: read, bs: 4k}\n", "not OP modes"),
+    ("suite: x\ndevices: 0\nprofiles:\n  - {name: a, rw: read, bs: 4k}\n", "devices"),
+    ("suite: x\nphases: {precondition: {round: 0}}\nprofiles:\n  - {name: a, rw: read, bs: 4k}\n", "round"),
 ])
 def test_rejections(text: str, expect: str) -> None:
     assert any(expect in p for p in problems(text)), problems(text)
-
-
-def test_missing_file_is_a_suite_error(tmp_path: Path) -> None:
-    with pytest.raises(SuiteError, match="cannot read"):
-        load_suite(tmp_path / "nope.yaml")
 
 
 def test_units() -> None:
@@ -105,25 +173,87 @@ def test_units() -> None:
         parse_duration("1.5s")
 
 
-def test_render_matches_published_command_line_options() -> None:
-    """The review's 4K command line, option by option (methodology.md section 3)."""
-    s = parse_suite("""\
-suite: r
-workloads:
-  - {name: 4ktest, rw: randrw, bs: 4k, rwmixread: 100, iodepth: 16, numjobs: 16, runtime: 60,
-     refill_buffers: true, norandommap: true, randrepeat: false, ioengine: libaio, direct: true}
-""", "r.yaml")
-    job = render_job(s.workloads[0], "/dev/sdx")
-    options = {line.split("=", 1)[0]: line.split("=", 1)[1] for line in job.splitlines() if "=" in line}
-    published = {"filename": "/dev/sdx", "direct": "1", "rw": "randrw", "refill_buffers": "1",
-                 "norandommap": "1", "randrepeat": "0", "ioengine": "libaio", "bs": "4k",
-                 "rwmixread": "100", "iodepth": "16", "numjobs": "16", "runtime": "60",
-                 "group_reporting": "1"}
-    for key, value in published.items():
-        assert options[key] == value, key
-    assert "[4ktest]" in job
+def test_enterprise_4k_and_8k_jobs_equal_the_published_command_lines() -> None:
+    s = load_suite("enterprise-synthetic")
+    cells = {w.name: w for w in s.workloads}
+    published_4k = cli_options(PUBLISHED_4K)
+    expected = {
+        "4k-random.r100": published_4k,
+        "4k-random.r0": published_4k | {"rwmixread": "0"},
+        "8k-7030.t16.q16": published_4k | {"bs": "8k", "rwmixread": "70"},
+    }
+    for name, want in expected.items():
+        got = job_options(render_job(cells[name], "/dev/sdx"))
+        want = {k: v for k, v in want.items() if k != "name"}
+        got_cmp = {k: v for k, v in got.items() if k != "name"}
+        assert {k: got_cmp.get(k) for k in want} == want, name
+        assert set(got_cmp) - set(want) == REPORTING_ONLY, name
 
 
-def test_runtime_override() -> None:
-    s = parse_suite(GOOD, "good.yaml").with_runtime(3)
-    assert {w.runtime for w in s.workloads} == {3} and {w.ramp_time for w in s.workloads} == {0}
+def test_pattern_125_expands_to_125_distinct_fio_jobs() -> None:
+    s = load_suite("pattern-125")
+    pattern = [c for c in s.cells if c.profile == "pattern"]
+    assert len(pattern) == 125
+    bodies = set()
+    for c in pattern:
+        opts = job_options(render_job(c.workload, "/dev/sdx"))
+        del opts["name"]
+        bodies.add(tuple(sorted(opts.items())))
+        assert opts["rw"] == "randrw" and "percentage_random" in opts and "rwmixread" in opts
+    assert len(bodies) == 125
+    assert {(c.workload.rwmixread, c.workload.bs, c.workload.percentage_random) for c in pattern} == {
+        (r, b * 1024, p) for r in (100, 75, 50, 25, 0) for b in (4, 8, 16, 32, 64) for p in (100, 75, 50, 25, 0)}
+    extra = {c.profile: c.workload for c in s.cells if c.profile != "pattern"}
+    assert (extra["block-64k"].bs, extra["block-64k"].rwmixread, extra["block-64k"].percentage_random) == \
+        (65536, 100, 25)
+    assert (extra["block-128k"].bs, extra["block-128k"].percentage_random) == (131072, 25)
+    assert (extra["seq-128k-read"].rw, extra["seq-128k-read"].bs) == ("read", 131072)
+
+
+def test_every_builtin_suite_validates_and_scales_to_seconds() -> None:
+    for name in builtin_suites():
+        s = load_suite(name)
+        fast = with_overrides(s, scale=0.02)
+        assert all(w.runtime <= 2 for w in fast.workloads), name
+        if fast.phases.precondition:
+            assert fast.phases.precondition.round <= 2
+    assert {w.runtime for w in with_overrides(load_suite("demo"), runtime=3).workloads} == {3}
+
+
+def test_enterprise_plan_purges_and_preconditions_each_profile_with_its_own_workload() -> None:
+    s = load_suite("enterprise-synthetic")
+    steps = plan(s, ["/dev/sdx"])
+    assert len(steps) == count_steps(list(s.cells), s.phases) == 42
+    assert [st.kind for st in steps[:3]] == ["purge", "precondition", "measure"]
+    ladder = [st for st in steps if st.name.startswith("8k-7030.")]
+    assert len(ladder) == 16
+    pcs = [st for st in steps if st.kind == "precondition"]
+    assert len(pcs) == 9
+    for st in pcs:
+        w = st.workload
+        assert w is not None and (w.numjobs, w.iodepth, w.runtime, w.time_based) == (16, 16, 60, True)
+        nxt = steps[st.seq + 1]       # the cell measured after it: the same workload
+        assert nxt.workload is not None and nxt.workload.identity == w.identity
+    ladder_pc = next(st for st in pcs if "8k-7030" in st.name)
+    assert ladder_pc.workload is not None and (ladder_pc.workload.bs, ladder_pc.workload.rwmixread) == (8192, 70)
+
+
+def test_op_mode_hp_limits_the_footprint_and_says_so() -> None:
+    s = parse_suite("suite: op\nop_modes: [stock, 'hp:20']\nprofiles:\n"
+                    "  - {name: a, rw: randread, bs: 4k}\n  - {name: b, rw: randread, bs: 4k, footprint: 50%}\n", "op")
+    by = {w.name: w for w in s.workloads}
+    assert by["stock.a"].footprint is None and by["hp20.a"].footprint == "80%"
+    assert by["stock.b"].footprint == "50%" and by["hp20.b"].footprint == "40%"
+    steps = plan(s, ["/dev/x"])
+    hp = [st for st in steps if st.cell.get("op_mode") == "hp:20"]
+    assert hp and all("emulated by a footprint limit (80% of capacity usable)" in st.note for st in hp)
+    assert "size=80%" in hp[0].job_text
+
+
+def test_device_group_renders_one_job_per_device() -> None:
+    s = load_suite("device-group")
+    assert s.devices is None       # any number of devices
+    w = s.workloads[0]
+    job = render_job(w, ["/dev/a", "/dev/b", "/dev/c"])
+    assert job.count("new_group=1") == 3 and "filename=/dev/b" in job and job.count("size=20%") == 1
+    assert f"[{w.name}.dev2]" in job
