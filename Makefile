@@ -30,7 +30,8 @@ lint: $(VENV)/.dev-installed
 	$(VENV)/bin/mypy
 
 bench: system-deps $(VENV)/.installed
-	$(PY) bench/overhead.py
+	$(PY) -m bench.overhead
+	$(PY) -m bench.pattern125
 
 system-deps:
 	@scripts/ensure-packages $(DEMO_PKGS)

@@ -69,6 +69,7 @@ class Agent:
     publish: Callable[[Event], None]
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _wake: threading.Event = field(default_factory=threading.Event)
     _last_heartbeat: float = 0.0
     _beats: int = 0
 
@@ -106,6 +107,11 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """A child exited: check attempts now rather than at the next poll."""
+        self._wake.set()
 
     def monitor(self) -> None:
         """Loop of the monitor thread: end detection, timeouts, heartbeats."""
@@ -115,7 +121,8 @@ class Agent:
                 self.heartbeat_if_due()
             except Exception:  # keep the thread alive through a redis blip; logged
                 log.exception("[host %s] monitor pass failed", self.host)
-            self._stop.wait(self.config.poll_s)
+            self._wake.wait(self.config.poll_s)
+            self._wake.clear()
 
     def heartbeat_if_due(self) -> None:
         now = time.monotonic()

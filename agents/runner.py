@@ -29,8 +29,9 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,11 +113,12 @@ class Attempt:
 class FioRunner:
     """Owns the attempts directory. Not thread-safe: the agent serialises calls."""
 
-    def __init__(self, state_dir: Path, fio_binary: str = "fio") -> None:
+    def __init__(self, state_dir: Path, fio_binary: str = "fio", on_exit: Callable[[], None] | None = None) -> None:
         self.root = state_dir / "attempts"
         self.root.mkdir(parents=True, exist_ok=True)
         self.fio = shutil.which(fio_binary) or fio_binary
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self.on_exit = on_exit      # called from a waiter thread the moment a child exits
 
     def get(self, attempt_id: str) -> Attempt | None:
         path = self.root / attempt_id
@@ -171,6 +173,9 @@ class FioRunner:
             raise FioError(f"cannot start {argv[0]}: {e}") from e
         launched = time.time()
         self._children[msg.attempt_id] = proc
+        if self.on_exit is not None:
+            notify = self.on_exit
+            threading.Thread(target=lambda: (proc.wait(), notify()), name=f"wait-{proc.pid}", daemon=True).start()
         state = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": _proc_start_ticks(proc.pid),
                  "launched_at": launched, "deadline": launched + msg.timeout_s,
                  "job_sha256": hashlib.sha256(job.encode()).hexdigest()}

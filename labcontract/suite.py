@@ -412,16 +412,17 @@ def parse_suite(text: str, source: str) -> Suite:
     problems: list[Problem] = []
     try:
         doc: SuiteDocument | None = SuiteDocument.model_validate(data)
+        kept = list(range(len(data.get("profiles") or [])))
     except ValidationError as e:
-        doc = None
         problems += problems_from(e)
+        doc, kept = _valid_part(data, e)
     problems += _cross_checks(data)
     if doc is None:
         raise SuiteError(source, _dedupe(problems))
     cells, expand_problems = _expand(doc)
-    problems += [p for p in expand_problems if p not in problems]
+    problems += [p for p in map(lambda p: _renumber(p, kept), expand_problems) if p not in problems]
     steps = count_steps(cells, doc.phases)
-    if not problems and steps > doc.cell_limit:
+    if steps > doc.cell_limit:
         problems.append(Problem("cell_limit", f"the suite expands to {steps} steps ({len(cells)} measured "
                                               f"cells), over the limit of {doc.cell_limit}"))
     if problems:
@@ -430,6 +431,32 @@ def parse_suite(text: str, source: str) -> Suite:
                  devices=None if doc.devices == "any" else doc.devices, op_modes=tuple(doc.op_modes),
                  cell_limit=doc.cell_limit, phases=doc.phases, cells=tuple(cells), source=source,
                  source_text=text)
+
+
+def _valid_part(data: dict[str, Any], exc: ValidationError) -> tuple[SuiteDocument | None, list[int]]:
+    """The document without its invalid profiles, so that expansion (and the cell limit) can still be
+    judged and reported together with the other problems. None when more than profiles is wrong."""
+    bad: set[int] = set()
+    for err in exc.errors():
+        loc = err["loc"]
+        if len(loc) >= 2 and loc[0] == "profiles" and isinstance(loc[1], int):
+            bad.add(loc[1])
+        else:
+            return None, []
+    profiles = data.get("profiles") or []
+    kept = [i for i in range(len(profiles)) if i not in bad]
+    try:
+        return SuiteDocument.model_validate({**data, "profiles": [profiles[i] for i in kept]}), kept
+    except ValidationError:
+        return None, []
+
+
+def _renumber(p: Problem, kept: list[int]) -> Problem:
+    """Map ``profiles[k]`` of the reduced document back to the file's index."""
+    m = re.match(r"^profiles\[(\d+)\]", p.location)
+    if not m or not kept:
+        return p
+    return Problem(f"profiles[{kept[int(m.group(1))]}]" + p.location[m.end():], p.message)
 
 
 def builtin_suites() -> dict[str, Path]:

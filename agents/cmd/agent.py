@@ -36,8 +36,9 @@ def main(opts: AgentOptions) -> None:
     config = AgentConfig(host=host, broker_url=opts.broker_url, state_dir=opts.state_dir, duts=duts,
                          heartbeat_s=opts.heartbeat_s, fio_binary=opts.fio_binary)
     publisher = EventPublisher(redis_client(opts.broker_url))
-    agent = Agent(config=config, facts=facts, runner=FioRunner(opts.state_dir, opts.fio_binary),
-                  publish=publisher.send)
+    runner = FioRunner(opts.state_dir, opts.fio_binary)
+    agent = Agent(config=config, facts=facts, runner=runner, publish=publisher.send)
+    runner.on_exit = agent.wake
     log.info("agent %s starting: %d DUT(s): %s; fio %s", host, len(duts),
              ", ".join(f"{d.name}={d.path}" for d in duts) or "none", facts.fio_version)
     run_agent(agent, opts.broker_url, loglevel=opts.log_level)

@@ -257,3 +257,11 @@ def test_device_group_renders_one_job_per_device() -> None:
     job = render_job(w, ["/dev/a", "/dev/b", "/dev/c"])
     assert job.count("new_group=1") == 3 and "filename=/dev/b" in job and job.count("size=20%") == 1
     assert f"[{w.name}.dev2]" in job
+
+
+def test_expansion_problems_keep_file_indices_when_other_profiles_are_invalid() -> None:
+    got = problems("suite: s\ncell_limit: 3\nprofiles:\n  - {name: a, rw: read, bs: 4q}\n"
+                   "  - {name: b, rw: randrw, sweep: {bs: [4k, 8k], iodepth: [1, 2]}, bs: 4k}\n")
+    assert any(p.startswith("profiles[0].bs: not a size") for p in got), got
+    assert "profiles[1].sweep.bs: also set as a fixed option of the profile" in got
+    assert "cell_limit: the suite expands to 4 steps (4 measured cells), over the limit of 3" in got

@@ -80,7 +80,7 @@ def upgrade() -> None:
     batch = {"copy_from": _steps_0001_without_unique(), "recreate": "always"} if sqlite else {}
     old_unique = [] if sqlite else [
         uc["name"] for uc in sa.inspect(bind).get_unique_constraints("steps")
-        if sorted(uc["column_names"]) == ["run_id", "seq"]]
+        if sorted(uc["column_names"]) == ["run_id", "seq"] and uc["name"]]
     with op.batch_alter_table("steps", **batch) as b:  # type: ignore[arg-type]
         b.add_column(sa.Column("round", sa.Integer(), nullable=False, server_default="0"))
         b.add_column(sa.Column("kind", sa.String(length=16), nullable=False, server_default="measure"))
