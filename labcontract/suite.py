@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -393,10 +394,27 @@ def _cross_checks(data: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+def starts_precondition_group(cells: Sequence[Cell], i: int) -> bool:
+    """Whether cell ``i`` is preceded by a precondition: the first of a run of consecutive cells that
+    are the same workload (profile, rw, bs, read share, random share, footprint) in one OP mode."""
+    c = cells[i]
+    if not c.precondition:
+        return False
+    if i == 0:
+        return True
+    prev = cells[i - 1]
+    return (prev.op_mode, prev.profile, prev.workload.identity) != (c.op_mode, c.profile, c.workload.identity)
+
+
 def count_steps(cells: list[Cell], phases: Phases) -> int:
-    """Planned steps: measured cells plus one purge and one precondition per preconditioned group."""
-    groups = {(c.op_mode, c.profile, c.workload.identity) for c in cells if c.precondition}
-    return len(cells) + len(groups) * (2 if phases.purge else 1) + (1 if phases.purge and not groups else 0)
+    """Planned steps, as the planner makes them: measured cells; per precondition group a precondition
+    (and a purge); a purge per OP mode without preconditioning when the suite purges."""
+    groups = sum(starts_precondition_group(cells, i) for i in range(len(cells)))
+    purges = groups if phases.purge else 0
+    if phases.purge:
+        purges += sum(1 for mode in dict.fromkeys(c.op_mode for c in cells)
+                      if not any(c.precondition for c in cells if c.op_mode == mode))
+    return len(cells) + groups + purges
 
 
 def parse_suite(text: str, source: str) -> Suite:

@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from labcontract.fiojob import render_job
-from labcontract.suite import Cell, Precondition, Suite, Workload, cell_name, op_footprint, with_overrides
+from labcontract.suite import (
+    Cell,
+    Precondition,
+    Suite,
+    Workload,
+    cell_name,
+    op_footprint,
+    starts_precondition_group,
+    with_overrides,
+)
 
 StepKind = Literal["purge", "precondition", "measure"]
 
@@ -59,18 +68,15 @@ def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
         any_pc = any(c.precondition for c in cells)
         if suite.phases.purge and not any_pc:
             add("purge", f"purge.{op_mode.replace(':', '')}", None, {"op_mode": op_mode})
-        previous: tuple[object, ...] | None = None
-        for c in cells:
-            group = (c.profile, c.workload.identity)
+        for i, c in enumerate(cells):
             _fp, note = op_footprint(op_mode, None)
-            if c.precondition and pc is not None and group != previous:
+            if pc is not None and starts_precondition_group(cells, i):
                 pw = precondition_workload(c, pc, len(suite.op_modes))
                 if suite.phases.purge:
                     add("purge", pw.name.replace("precondition.", "purge.", 1), None,
                         {"op_mode": op_mode, "profile": c.profile})
                 first = round_workload(pw, 1)
                 add("precondition", first.name, first, {"op_mode": op_mode, "profile": c.profile, "round": 1}, note)
-            previous = group
             add("measure", c.workload.name, c.workload, {"op_mode": op_mode, "profile": c.profile, **c.dims},
                 note)
     return steps

@@ -251,3 +251,25 @@ def test_state_machine_refuses_illegal_moves() -> None:
     with pytest.raises(InvalidTransition, match="step s1: cannot go from SUCCEEDED to RUNNING"):
         check_step("step", "s1", "SUCCEEDED", StepState.RUNNING)
     assert check_step("step", "s1", "LOST", StepState.RUNNING) == StepState.RUNNING
+
+
+def test_device_group_naming_a_device_twice_or_the_wrong_count_is_refused(env: Any) -> None:
+    ctl, disp, _clock, db = env
+    ctl.handle_event(Register(host="h1", agent_version="0.1.0", facts=HostFacts(hostname="h1"), duts=(
+        DeclaredDut(name="dut0", path="/dev/loop9", kind="block", size_bytes=1 << 30),
+        DeclaredDut(name="dut1", path="/dev/loop8", kind="block", size_bytes=1 << 30))))
+    group = "suite: g\ndevices: 2\nprofiles:\n  - {name: a, rw: randread, bs: 4k, runtime: 1}\n"
+    r = ctl.submit(Submit(run_id="g1", suite_source="g.yaml", suite_text=group, host="h1",
+                          devices=("dut0", "/dev/loop9"), reply_to="x"))
+    assert not r.ok
+    assert "--device: '/dev/loop9' names device /dev/loop9 twice in one device group (also as 'dut0')" in r.errors
+    r = ctl.submit(Submit(run_id="g2", suite_source="g.yaml", suite_text=group, host="h1", devices=("dut0",),
+                          reply_to="x"))
+    assert not r.ok and "--device: suite g takes 2 device(s); 1 named" in r.errors
+    assert ctl.submit(Submit(run_id="g3", suite_source="g.yaml", suite_text=group, host="h1",
+                             devices=("dut0", "dut1"), reply_to="x")).ok
+    ctl.schedule()
+    (msg,) = disp.starts()
+    assert msg.devices == ("/dev/loop9", "/dev/loop8") and msg.run_id == "g3"
+    with db() as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == 1

@@ -265,3 +265,15 @@ def test_expansion_problems_keep_file_indices_when_other_profiles_are_invalid() 
     assert any(p.startswith("profiles[0].bs: not a size") for p in got), got
     assert "profiles[1].sweep.bs: also set as a fixed option of the profile" in got
     assert "cell_limit: the suite expands to 4 steps (4 measured cells), over the limit of 3" in got
+
+
+@pytest.mark.parametrize("text", [
+    "suite: a\nphases: {purge: true, precondition: {}}\nprofiles:\n"
+    "  - {name: p, rw: randrw, sweep: {numjobs: [1, 2], rwmixread: [100, 0]}, bs: 4k}\n",
+    "suite: b\nop_modes: [stock, 'hp:20']\nphases: {purge: true}\nprofiles:\n  - {name: p, rw: read, bs: 4k}\n",
+    "suite: c\nop_modes: [stock, 'hp:20']\nphases: {purge: true, precondition: {}}\nprofiles:\n"
+    "  - {name: p, rw: read, bs: 4k, precondition: false}\n  - {name: q, rw: write, bs: 4k}\n",
+])
+def test_counted_steps_equal_planned_steps(text: str) -> None:
+    s = parse_suite(text, "count.yaml")
+    assert count_steps(list(s.cells), s.phases) == len(plan(s, ["/dev/x"]))
