@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 LAB_DIR ?= $(CURDIR)/.lab
 DEMO_PKGS := fio redis-server util-linux python3-venv
-TEST_PKGS := $(DEMO_PKGS) postgresql
+TEST_PKGS := $(DEMO_PKGS) postgresql prometheus
 
 .PHONY: demo test lint typecheck unit integration bench system-deps system-test-deps clean
 
@@ -32,6 +32,7 @@ lint: $(VENV)/.dev-installed
 bench: system-deps $(VENV)/.installed
 	$(PY) -m bench.overhead
 	$(PY) -m bench.pattern125
+	$(PY) -m bench.telemetry
 
 system-deps:
 	@scripts/ensure-packages $(DEMO_PKGS)

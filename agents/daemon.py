@@ -15,10 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
+
+from agents.live import LiveReader
 from agents.runner import Attempt, FioRunner
 from labcontract import __version__
 from labcontract.errors import DeviceRefused, FioError, LabError, ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
+from labcontract.live import LiveStatus
 from labcontract.protocol import (
     EVENTS_STREAM,
     CancelStep,
@@ -32,10 +36,13 @@ from labcontract.protocol import (
     StepUnknown,
     decode,
 )
+from labcontract.telemetry import LIVE_KEY_PREFIX
 
 log = logging.getLogger(__name__)
 
 EVENTS_MAXLEN = 200_000
+LIVE_TTL_S = 5
+_LIVE_LIST = TypeAdapter(list[LiveStatus])
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class AgentConfig:
     reregister_every: int = 20       # every Nth heartbeat is a full Register (a new controller learns us)
     poll_s: float = 0.2
     fio_binary: str = "fio"
+    live_s: float = 1.0              # live status (exporter, lab:live:<host>) refreshed this often
 
 
 class EventPublisher:
@@ -61,6 +69,20 @@ class EventPublisher:
                          approximate=True)
 
 
+class LivePublisher:
+    """Writes the host's running attempts' live status to ``lab:live:<host>`` (a JSON list of
+    :class:`~labcontract.live.LiveStatus`, expiring after a few seconds) for ``labctl watch``."""
+
+    def __init__(self, client: Any, host: str, ttl_s: int = LIVE_TTL_S) -> None:
+        self.client, self.key, self.ttl_s = client, LIVE_KEY_PREFIX + host, ttl_s
+
+    def send(self, statuses: Sequence[LiveStatus]) -> None:
+        if statuses:
+            self.client.set(self.key, _LIVE_LIST.dump_json(list(statuses)), ex=self.ttl_s)
+        else:
+            self.client.delete(self.key)
+
+
 @dataclass
 class Agent:
     config: AgentConfig
@@ -70,8 +92,19 @@ class Agent:
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _wake: threading.Event = field(default_factory=threading.Event)
+    publish_live: Callable[[Sequence[LiveStatus]], None] | None = None
+    # read by the exporter (another thread); each is replaced as a whole, never mutated
+    live: tuple[LiveStatus, ...] = ()            # running attempts' live status, refreshed each live_s
+    running_ids: tuple[str, ...] = ()            # attempts whose process runs
+    last_heartbeat_at: float = 0.0               # time.time() of the last heartbeat/register published
+    last_error_at: float = 0.0                   # time.time() of the last error or refusal logged
+    started_at: float = field(default_factory=time.time)
     _last_heartbeat: float = 0.0
     _beats: int = 0
+    _running: tuple[Attempt, ...] = ()
+    _last_live: float = float("-inf")
+    _live_published: bool = True                 # so that a stale key of an earlier life is removed
+    _live_reader: LiveReader = field(default_factory=LiveReader)
 
     @property
     def host(self) -> str:
@@ -99,7 +132,12 @@ class Agent:
                                             st.get("pid"), attempt.attempt_id)
                     self.publish(self._started_event(attempt, adopted=True))
             self.publish(self._register_event(tuple(a.attempt_id for a in pending)))
+            self.last_heartbeat_at = time.time()
         self.check_attempts()
+
+    def note_error(self) -> None:
+        """An error or refusal was logged (``lab_agent_last_error_timestamp_seconds``)."""
+        self.last_error_at = time.time()
 
     def _register_event(self, running: tuple[str, ...]) -> Register:
         return Register(host=self.host, agent_version=__version__, facts=self.facts, duts=self.config.duts,
@@ -114,13 +152,15 @@ class Agent:
         self._wake.set()
 
     def monitor(self) -> None:
-        """Loop of the monitor thread: end detection, timeouts, heartbeats."""
+        """Loop of the monitor thread: end detection, timeouts, heartbeats, live status."""
         while not self._stop.is_set():
-            try:
-                self.check_attempts()
-                self.heartbeat_if_due()
-            except Exception:  # keep the thread alive through a redis blip; logged
-                log.exception("[host %s] monitor pass failed", self.host)
+            # each part on its own: a redis blip in the heartbeat must not freeze the live status
+            for part in (self.check_attempts, self.heartbeat_if_due, self.update_live):
+                try:
+                    part()
+                except Exception:  # keep the thread alive through a redis blip; logged
+                    self.note_error()
+                    log.exception("[host %s] monitor pass failed (%s)", self.host, part.__name__)
             self._wake.wait(self.config.poll_s)
             self._wake.clear()
 
@@ -135,17 +175,41 @@ class Agent:
             else:
                 self.publish(Heartbeat(host=self.host, running=running))
             self._last_heartbeat = now
+            self.last_heartbeat_at = time.time()
+
+    def update_live(self, *, force: bool = False) -> None:
+        """Refresh the running attempts' live status every ``live_s`` (at once when the set of
+        running attempts changed), and publish it to ``lab:live:<host>`` while something runs."""
+        running = self._running
+        ids = tuple(a.attempt_id for a in running)
+        now = time.monotonic()
+        if not force and ids == self.running_ids and now - self._last_live < self.config.live_s:
+            return
+        self._last_live = now
+        wall = time.time()
+        statuses = tuple(s for s in (self._live_reader.read(a, self.host, wall) for a in running) if s is not None)
+        self._live_reader.forget(set(ids))
+        self.live, self.running_ids = statuses, ids
+        if self.publish_live is not None and (statuses or self._live_published):
+            self.publish_live(statuses)
+            self._live_published = bool(statuses)
 
     def check_attempts(self) -> None:
         with self._lock:
+            running = []
             for attempt in self.runner.pending():
                 if self.runner.running(attempt):
                     if self.runner.overdue(attempt):
+                        self.note_error()
                         self._log(attempt).warning("attempt %s passed its timeout; stopping fio",
                                                    attempt.attempt_id)
                         self.runner.stop(attempt, "step timeout reached; fio stopped by the agent")
+                        if not self.runner.running(attempt):
+                            continue          # its end is reported at the next pass, as before
+                    running.append(attempt)
                     continue
                 self._report_end(attempt)
+            self._running = tuple(running)
 
     def _report_end(self, attempt: Attempt) -> None:
         ended = self.runner.collect(attempt, self.host)
@@ -176,13 +240,16 @@ class Agent:
             msg: StartStep = decode(StartStep, payload)
         except ProtocolError as e:
             attempt_id = str(payload.get("attempt_id", "?"))
+            self.note_error()
             log.error("[host %s] rejected start of attempt %s: %s", self.host, attempt_id, e)
             self.publish(StepEnded(host=self.host, attempt_id=attempt_id, outcome="refused", reason=str(e)))
             return
         logger = self._log(msg)
         if msg.host != self.host:
-            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused",
-                                   reason=f"message for host {msg.host} reached host {self.host}"))
+            reason = f"message for host {msg.host} reached host {self.host}"
+            self.note_error()
+            logger.error("refused attempt %s: %s", msg.attempt_id, reason)
+            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
             return
         duts, refusals = [], []
         for device in msg.devices:
@@ -192,17 +259,21 @@ class Agent:
                 refusals.append(str(e))
         if refusals or not duts:
             reason = "; ".join(refusals) or "no device named"
+            self.note_error()
             logger.error("refused attempt %s: %s", msg.attempt_id, reason)
             self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
             return
         if len({d.path for d in duts}) != len(duts):
-            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused",
-                                   reason="a device is named twice in one step"))
+            reason = "a device is named twice in one step"
+            self.note_error()
+            logger.error("refused attempt %s: %s", msg.attempt_id, reason)
+            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
             return
         with self._lock:
             try:
                 attempt, launched = self.runner.start(msg, duts)
             except FioError as e:
+                self.note_error()
                 logger.error("attempt %s could not start: %s", msg.attempt_id, e)
                 attempt_or_none = self.runner.get(msg.attempt_id)
                 if attempt_or_none is not None:
@@ -265,6 +336,7 @@ def make_worker_app(agent: Agent, broker_url: str) -> Any:
             try:
                 fn(msg)
             except LabError as e:
+                agent.note_error()
                 log.error("[host %s] %s", agent.host, e)
         run.__name__ = fn.__name__
         return run

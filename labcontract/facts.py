@@ -35,6 +35,7 @@ class HostFacts(BaseModel):
     os: str | None = None               # PRETTY_NAME of /etc/os-release
     fio_version: str | None = None      # "fio-3.33"
     block_devices: tuple[BlockDevice, ...] = ()
+    metrics_address: str | None = None  # "host:port" of the agent's Prometheus exporter, as reachable
 
 
 class DeclaredDut(BaseModel):

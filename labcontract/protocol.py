@@ -63,8 +63,11 @@ class StartStep(Message):
     action: Literal["fio", "purge"] = "fio"
     devices: tuple[str, ...]     # declared DUT paths on the host (several: a device group)
     job_name: str
+    kind: Literal["purge", "precondition", "measure"] = "measure"   # the step's phase (telemetry)
+    round: int = 0                                                   # precondition round
+    suite: str = ""
     workload: Workload | None = None      # required for action "fio"
-    status_interval_s: int | None = None  # fio --status-interval (per-second series)
+    status_interval_s: int | None = None  # fio --status-interval: per-second series and live telemetry
     timeout_s: int               # the agent stops the process past this
     dispatched_at: float
 
@@ -193,6 +196,7 @@ class Submit(Message):
     devices: tuple[str, ...]       # one, or the members of a device group
     runtime_override: int | None = None
     scale: float | None = None
+    live: bool = True              # per-second snapshots (live telemetry, series) for every fio step
     reply_to: str
 
 

@@ -150,7 +150,9 @@ def submit(
     runtime: Annotated[int | None, typer.Option(help="Set every measured cell's runtime (s).")] = None,
     scale: Annotated[float | None, typer.Option(help="Multiply every duration (runtime, ramp, precondition "
                                                      "round) by this factor.")] = None,
-    wait: Annotated[bool, typer.Option(help="Wait for the run to end and print its results.")] = False,
+    wait: Annotated[bool, typer.Option(help="Watch the run until it ends, then print its results.")] = False,
+    live: Annotated[bool, typer.Option(help="Per-second fio snapshots for every step (live telemetry and "
+                                            "series); preconditioning always has them.")] = True,
 ) -> None:
     """Queue a suite on a host's device(s); prints the run id."""
     from labcontract.transport import redis_client
@@ -158,15 +160,15 @@ def submit(
 
     suite = check_submission(suite_ref, host, device, _sessions())
     run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(suite, host, device, runtime,
-                                                                                  scale)
+                                                                                  scale, live)
     if reply is None:
         print("warning: the controller has not answered yet; the submission waits in the broker",
               file=sys.stderr)
     print(run_id)
     if wait:
-        from orchestrator.watch import wait_run
+        from orchestrator.watch import watch_run
 
-        raise typer.Exit(wait_run(_sessions(), run_id, out))
+        raise typer.Exit(watch_run(_sessions(), redis_client(State.config.broker_url), run_id, out))
 
 
 @app.command()
@@ -186,6 +188,21 @@ def cancel(run: str, reason: Annotated[str, typer.Option()] = "cancelled by user
     if not reply.ok:
         raise _LabError("; ".join(reply.errors))
     print(f"{rid} cancelled")
+
+
+@app.command()
+@fails_cleanly
+def watch(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")],
+          timeout: Annotated[float | None, typer.Option(help="Stop watching after this many seconds.")] = None) -> None:
+    """Follow a run: each step's progress bar, elapsed and remaining time, live IOPS and latency."""
+    from labcontract.transport import redis_client
+    from orchestrator.queries import resolve_run_id
+    from orchestrator.watch import watch_run
+
+    db = _sessions()
+    with db() as s:
+        rid = resolve_run_id(s, run)
+    raise typer.Exit(watch_run(db, redis_client(State.config.broker_url), rid, out, timeout_s=timeout))
 
 
 @app.command()
@@ -240,6 +257,29 @@ def compare(
         print_comparison(out, compare_runs(s, run_a, run_b))
 
 
+prometheus_app = typer.Typer(help="Prometheus integration.", no_args_is_help=True)
+app.add_typer(prometheus_app, name="prometheus")
+
+
+@prometheus_app.command("targets")
+@fails_cleanly
+def prometheus_targets(
+    out_dir: Annotated[Path, typer.Option("--dir", help="file_sd directory (deploy/prometheus/targets).")]
+    = Path("deploy/prometheus/targets"),
+    controller: Annotated[str | None, typer.Option(help="Controller metrics address host:port.")] = None,
+) -> None:
+    """Write Prometheus file_sd targets: every registered agent's metrics address (and the controller's)."""
+    from orchestrator.promtargets import agent_targets, controller_targets, write_file_sd
+
+    with _sessions()() as s:
+        agents = agent_targets(s)
+    write_file_sd(out_dir / "agents.json", agents)
+    print(f"{out_dir / 'agents.json'}: {len(agents)} agent target(s)")
+    if controller:
+        write_file_sd(out_dir / "controller.json", controller_targets(controller))
+        print(f"{out_dir / 'controller.json'}: {controller}")
+
+
 analyze_app = typer.Typer(help="Analyse series from elsewhere.", no_args_is_help=True)
 app.add_typer(analyze_app, name="analyze")
 
@@ -290,11 +330,18 @@ def hosts() -> None:
 @fails_cleanly
 def controller(log_level: Annotated[str, typer.Option()] = "INFO",
                heartbeat_timeout: Annotated[float, typer.Option(help="Seconds of silence before a host "
-                                                                    "is down.")] = 10.0) -> None:
+                                                                    "is down.")] = 10.0,
+               metrics_port: Annotated[int, typer.Option(help="Port of the Prometheus exporter (/metrics, "
+                                                              "/health); 0: an ephemeral port, logged.")]
+               = 9465,
+               metrics_bind: Annotated[str, typer.Option(help="Address the exporter listens on.")] = "0.0.0.0",
+               no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Serve no metrics.")] = False,
+               ) -> None:
     """Run the controller daemon (the store's only writer)."""
     from orchestrator.cmd.controller import main
 
-    main(State.config, ControllerTuning(heartbeat_timeout_s=heartbeat_timeout), log_level=log_level)
+    main(State.config, ControllerTuning(heartbeat_timeout_s=heartbeat_timeout), log_level=log_level,
+         metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind)
 
 
 @app.command()
@@ -306,13 +353,24 @@ def agent(
     heartbeat: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 3.0,
     fio: Annotated[str, typer.Option(help="fio binary.")] = "fio",
     log_level: Annotated[str, typer.Option()] = "INFO",
+    metrics_port: Annotated[int, typer.Option(help="Port of the Prometheus exporter (/metrics, /health); "
+                                                   "0: an ephemeral port.")] = 9464,
+    metrics_bind: Annotated[str, typer.Option(help="Address the exporter listens on.")] = "0.0.0.0",
+    metrics_advertise: Annotated[str | None, typer.Option(help="HOST or HOST:PORT the exporter is reached at, "
+                                                               "announced to the controller (default: "
+                                                               "hostname:port).")] = None,
+    no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Serve no metrics.")] = False,
+    net_path: Annotated[list[str] | None, typer.Option(help="Declared network path NAME=IFACE whose "
+                                                            "interface bytes are exported (repeat).")] = None,
 ) -> None:
     """Run the agent daemon on a lab host."""
     from agents.cmd.agent import AgentOptions, main
 
     main(AgentOptions(broker_url=State.config.broker_url,
                       state_dir=state_dir or State.config.lab_dir / "agent", dut_specs=tuple(dut),
-                      host=host, heartbeat_s=heartbeat, fio_binary=fio, log_level=log_level))
+                      host=host, heartbeat_s=heartbeat, fio_binary=fio, log_level=log_level,
+                      metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
+                      metrics_advertise=metrics_advertise, net_paths=tuple(net_path or ())))
 
 
 @app.command()

@@ -53,11 +53,11 @@ class ControllerClient:
         return Reply.model_validate_json(got[1])
 
     def submit(self, suite: Suite, host: str, devices: Sequence[str], runtime: int | None = None,
-               scale: float | None = None) -> tuple[str, Reply | None]:
+               scale: float | None = None, live: bool = True) -> tuple[str, Reply | None]:
         run_id = new_run_id()
         reply_to = REPLY_PREFIX + uuid.uuid4().hex
         cmd = Submit(run_id=run_id, suite_source=suite.source, suite_text=suite.source_text, host=host,
-                     devices=tuple(devices), runtime_override=runtime, scale=scale, reply_to=reply_to)
+                     devices=tuple(devices), runtime_override=runtime, scale=scale, live=live, reply_to=reply_to)
         reply = self._call(cmd, reply_to)
         if reply is not None and not reply.ok:
             raise SubmissionError(suite.source, [Problem("", e) for e in reply.errors])

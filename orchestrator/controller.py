@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.errors import FioError, LabError, Problem, ProtocolError, SubmissionError, SuiteError
 from labcontract.fiojob import device_section
-from labcontract.fioresult import StepMetrics, parse_fio_groups, parse_fio_output
+from labcontract.fioresult import StepMetrics, parse_fio_groups
 from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
 from labcontract.protocol import (
     COMMAND,
@@ -117,6 +117,7 @@ class Controller:
         self.tuning = tuning or ControllerTuning()
         self.clock = clock
         self._stopping = False
+        self.last_pass_at: float | None = None     # time.time() of the last completed loop pass (/health)
 
     # --- loop --------------------------------------------------------------------------------
 
@@ -149,6 +150,7 @@ class Controller:
         self._drain(pending=False, block_ms=self.tuning.block_ms)
         self.schedule()
         self.watch()
+        self.last_pass_at = time.time()
 
     def _drain(self, *, pending: bool, block_ms: int | None = None) -> None:
         start = "0" if pending else ">"
@@ -322,13 +324,11 @@ class Controller:
         source = f"attempt {att.id} fio.json"
         per_device: dict[str, Any] | None = None
         series: dict[str, Any] | None = None
-        final: str | bytes = raw
-        if step.kind == "precondition":
-            samples, metrics = parse_status_stream(raw, source=source)
-            series = series_summary(samples)
-            final = split_status_stream(raw, source=source)[-1]
-        else:
-            metrics = parse_fio_output(raw, source=source)
+        # With --status-interval=1 (always for preconditioning; for every step of a live run) fio's output
+        # is a stream of cumulative reports, the last the final one; the step keeps its per-second series.
+        samples, metrics = parse_status_stream(raw, source=source)
+        series = series_summary(samples)
+        final = split_status_stream(raw, source=source)[-1]
         devices = run.devices or [run.device]
         if len(devices) > 1:
             groups = parse_fio_groups(final, source=source)
@@ -435,6 +435,7 @@ class Controller:
             run = Run(id=cmd.run_id, suite_name=suite.name, suite_source=cmd.suite_source,
                       suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=cmd.host,
                       device=paths[0], devices=paths, runtime_override=cmd.runtime_override, scale=cmd.scale,
+                      live=cmd.live,
                       state=str(RunState.QUEUED), submitted_at=self.clock())
             for p in plan(suite, paths, runtime=cmd.runtime_override, scale=cmd.scale):
                 first_round = p.kind == "precondition"
@@ -512,8 +513,10 @@ class Controller:
         return StartStep(run_id=run.id, step_id=step.id, attempt_id=att.id, host=att.host,
                          action="purge" if step.kind == "purge" else "fio",
                          devices=tuple(run.devices or [run.device]), job_name=step.name,
+                         kind=step.kind, round=step.round, suite=run.suite_name,
                          workload=Workload.model_validate(step.workload) if step.workload else None,
-                         status_interval_s=1 if step.kind == "precondition" else None,
+                         status_interval_s=1 if step.kind == "precondition" or (step.workload and run.live)
+                         else None,
                          timeout_s=att.timeout_s, dispatched_at=att.dispatched_at or self.clock())
 
     def watch(self) -> None:

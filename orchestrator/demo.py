@@ -15,7 +15,7 @@ from orchestrator.queries import run_detail
 from orchestrator.report import write_markdown
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
-from orchestrator.watch import wait_run
+from orchestrator.watch import watch_run
 
 DEMO_SUITE = "demo"
 DEMO_HOST = "lab-local"
@@ -55,7 +55,8 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
         suite = load_suite(DEMO_SUITE)
         run_id, _reply = ControllerClient(redis_client(broker)).submit(suite, DEMO_HOST, ["dut0"], runtime)
         console.print(f"submitted suite {suite.name} ({len(suite.workloads)} steps x {runtime}s): run {run_id}")
-        code = wait_run(db, run_id, console, timeout_s=len(suite.workloads) * (runtime + 60) + 60)
+        code = watch_run(db, redis_client(broker), run_id, console,
+                         timeout_s=len(suite.workloads) * (runtime + 60) + 60)
         with db() as s:
             report = write_markdown(run_detail(s, run_id), config.report_dir, config.artifact_dir)
         console.print(f"report: {report}")

@@ -124,14 +124,20 @@ class Lab:
     def labctl(self) -> list[str]:
         return [self.python, "-m", "orchestrator.cli"]
 
-    def start_controller(self, store_url: str, *, extra: tuple[str, ...] = ()) -> Proc:
+    def start_controller(self, store_url: str, *, extra: tuple[str, ...] = (),
+                         metrics_port: int | None = 0) -> Proc:
+        """The controller; its exporter on 127.0.0.1:``metrics_port`` (0: an ephemeral port, logged as
+        ``metrics on 127.0.0.1:PORT``; None: no exporter)."""
         assert self.broker_url
         return self._spawn("controller", [*self.labctl(), "--lab-dir", str(self.root), "--broker",
-                                          self.broker_url, "--store", store_url, "controller", *extra])
+                                          self.broker_url, "--store", store_url, "controller",
+                                          *_metrics_args(metrics_port), *extra])
 
     def start_agent(self, host: str, duts: list[str], *, name: str | None = None, broker: str | None = None,
-                    netns: str | None = None, extra: tuple[str, ...] = ()) -> Proc:
-        """An agent process; with ``netns``, inside that network namespace (a separate host)."""
+                    netns: str | None = None, extra: tuple[str, ...] = (), metrics_port: int | None = 0) -> Proc:
+        """An agent process; with ``netns``, inside that network namespace (a separate host). Its
+        exporter listens on 127.0.0.1:``metrics_port`` (0: an ephemeral port, announced in its host
+        facts' ``metrics_address``; None: no exporter)."""
         broker = broker or self.broker_url
         assert broker
         prefix = ["ip", "netns", "exec", netns] if netns else []
@@ -139,7 +145,10 @@ class Lab:
                 "--host", host, "--state-dir", str(self.root / "agents" / host)]
         for d in duts:
             argv += ["--dut", d]
-        return self._spawn(name or f"agent-{host}", [*argv, *extra])
+        metrics = _metrics_args(metrics_port)
+        if metrics_port is not None:
+            metrics += ("--metrics-advertise", "127.0.0.1")
+        return self._spawn(name or f"agent-{host}", [*argv, *metrics, *extra])
 
     # --- devices under test -------------------------------------------------------------
 
@@ -194,6 +203,14 @@ class Lab:
             if isinstance(pgid, int) and attempt.alive():
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGKILL)
+
+
+def _metrics_args(port: int | None) -> tuple[str, ...]:
+    """The embedded lab's daemons serve metrics on loopback, on an ephemeral port by default, so
+    that several labs (tests, a demo next to a real agent) never compete for the default ports."""
+    if port is None:
+        return ("--no-metrics",)
+    return ("--metrics-port", str(port), "--metrics-bind", "127.0.0.1")
 
 
 def _died(proc: Proc) -> bool:

@@ -119,13 +119,15 @@ class LabHandle:
 
 
 def start_lab(root: Path, *, store_url: str | None = None, n_duts: int = 1, size_mib: int = 128,
-              host: str = "testhost") -> LabHandle:
+              host: str = "testhost", agent_extra: tuple[str, ...] = (),
+              controller_extra: tuple[str, ...] = ()) -> LabHandle:
+    """``agent_extra`` / ``controller_extra``: more command-line options for the daemons."""
     lab = Lab(root)
     lab.start_redis()
     duts = {f"dut{i}": lab.make_dut(f"dut{i}", size_mib) for i in range(n_duts)}
     url = store_url or f"sqlite:///{root / 'store.sqlite'}"
-    controller = lab.start_controller(url)
-    agent = lab.start_agent(host, [f"{n}={d.path}" for n, d in duts.items()])
+    controller = lab.start_controller(url, extra=controller_extra)
+    agent = lab.start_agent(host, [f"{n}={d.path}" for n, d in duts.items()], extra=agent_extra)
     engine = make_engine(url)
     handle = LabHandle(lab, url, sessions(engine), host, duts, controller, agent)
     try:

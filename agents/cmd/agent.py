@@ -7,10 +7,15 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.daemon import Agent, AgentConfig, EventPublisher, run_agent
+from prometheus_client import CollectorRegistry
+
+from agents.daemon import Agent, AgentConfig, EventPublisher, LivePublisher, run_agent
+from agents.exporter import AgentCollector, parse_net_path
 from agents.facts import collect_host_facts, declare_dut
 from agents.runner import FioRunner
 from labcontract.logs import setup_logging
+from labcontract.metrics_http import MetricsServer, split_host_port
+from labcontract.telemetry import DEFAULT_AGENT_METRICS_PORT
 from labcontract.transport import redis_client
 
 log = logging.getLogger(__name__)
@@ -26,19 +31,54 @@ class AgentOptions:
     fio_binary: str = "fio"
     log_level: str = "INFO"
     logfile: str | None = None
+    metrics_port: int | None = DEFAULT_AGENT_METRICS_PORT   # None: no exporter; 0: an ephemeral port
+    metrics_bind: str = "0.0.0.0"
+    metrics_advertise: str | None = None    # HOST or HOST:PORT announced in the host facts
+    net_paths: tuple[str, ...] = ()         # NAME=IFACE, declared network paths
+
+
+def advertised_address(advertise: str | None, bind: str, port: int) -> str:
+    """What the agent announces as its metrics address: ``--metrics-advertise`` (the bound port
+    appended when it names no port), else the bind address, else this machine's hostname."""
+    if advertise:
+        host, p = split_host_port(advertise)
+        if p is not None:
+            return advertise
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if bind not in ("", "0.0.0.0", "::"):
+        return f"[{bind}]:{port}" if ":" in bind else f"{bind}:{port}"
+    return f"{socket.gethostname()}:{port}"
 
 
 def main(opts: AgentOptions) -> None:
     host = opts.host or socket.gethostname().split(".")[0]
     setup_logging(opts.log_level, host=host, logfile=opts.logfile)
+    net_paths = tuple(parse_net_path(spec) for spec in opts.net_paths)
     facts = collect_host_facts(hostname=host, fio_binary=opts.fio_binary)
     duts = tuple(declare_dut(spec, facts.block_devices) for spec in opts.dut_specs)
     config = AgentConfig(host=host, broker_url=opts.broker_url, state_dir=opts.state_dir, duts=duts,
                          heartbeat_s=opts.heartbeat_s, fio_binary=opts.fio_binary)
-    publisher = EventPublisher(redis_client(opts.broker_url))
+    client = redis_client(opts.broker_url)
+    publisher = EventPublisher(client)
     runner = FioRunner(opts.state_dir, opts.fio_binary)
-    agent = Agent(config=config, facts=facts, runner=runner, publish=publisher.send)
+    agent = Agent(config=config, facts=facts, runner=runner, publish=publisher.send,
+                  publish_live=LivePublisher(client, host).send)
     runner.on_exit = agent.wake
+    server = None
+    if opts.metrics_port is not None:
+        collector = AgentCollector(agent, net_paths)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        server = MetricsServer(registry, collector.health, bind=opts.metrics_bind, port=opts.metrics_port,
+                               name="agent-metrics")
+        address = advertised_address(opts.metrics_advertise, opts.metrics_bind, server.port)
+        agent.facts = facts.model_copy(update={"metrics_address": address})
+        server.start()
+        log.info("metrics on %s (advertised as %s)", server.address, address)
     log.info("agent %s starting: %d DUT(s): %s; fio %s", host, len(duts),
              ", ".join(f"{d.name}={d.path}" for d in duts) or "none", facts.fio_version)
-    run_agent(agent, opts.broker_url, loglevel=opts.log_level)
+    try:
+        run_agent(agent, opts.broker_url, loglevel=opts.log_level)
+    finally:
+        if server is not None:
+            server.close()

@@ -7,6 +7,7 @@ import signal
 from types import FrameType
 
 from labcontract.logs import setup_logging
+from labcontract.telemetry import DEFAULT_CONTROLLER_METRICS_PORT
 from labcontract.transport import redis_client
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning, LabConfig
@@ -17,13 +18,28 @@ from orchestrator.store.db import make_engine, migrate, sessions
 log = logging.getLogger(__name__)
 
 
-def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO") -> None:
+def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO",
+         metrics_port: int | None = DEFAULT_CONTROLLER_METRICS_PORT, metrics_bind: str = "0.0.0.0") -> None:
+    """``metrics_port``: the exporter's port (0: an ephemeral one, logged); None: no exporter."""
     setup_logging(log_level, host="controller")
     engine = make_engine(config.db_url)
     migrate(engine)
     dispatcher = Dispatcher(config.broker_url, expires_s=tuning.dispatch_expires_s)
     controller = Controller(sessions(engine), redis_client(config.broker_url), dispatcher,
                             ArtifactStore(config.artifact_dir), tuning)
+    server = None
+    if metrics_port is not None:
+        from prometheus_client import CollectorRegistry
+
+        from labcontract.metrics_http import MetricsServer
+        from orchestrator.exporter import ControllerCollector
+
+        collector = ControllerCollector(sessions(engine), tuning, last_pass=lambda: controller.last_pass_at)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        server = MetricsServer(registry, collector.health, bind=metrics_bind, port=metrics_port,
+                               name="controller-metrics").start()
+        log.info("metrics on %s", server.address)
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %d: stopping after this pass", signum)
@@ -36,6 +52,8 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
     try:
         controller.run_forever()
     finally:
+        if server is not None:
+            server.close()
         dispatcher.close()
         engine.dispose()
         log.info("controller stopped")

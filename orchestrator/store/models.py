@@ -82,6 +82,7 @@ class Run(Base):
     devices: Mapped[list[Any]] = mapped_column(default=list)     # every device path, in group order
     runtime_override: Mapped[int | None] = mapped_column(Integer)
     scale: Mapped[float | None] = mapped_column(Float)
+    live: Mapped[bool] = mapped_column(Boolean, default=True)    # per-second fio snapshots for every step
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
     priority: Mapped[int] = mapped_column(Integer, default=0)

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import func, select
 
 from labcontract.fioresult import parse_fio_output
+from labcontract.fioseries import split_status_stream
 from orchestrator.store.models import Run
 from tests.conftest import QUICK_SUITE, LabHandle
 
@@ -39,7 +40,8 @@ def test_suite_runs_and_results_are_stored_with_artifacts(lab: LabHandle) -> Non
             assert hashlib.sha256(data).hexdigest() == a.sha256 and len(data) == a.size
         raw = (lab.lab.root / "artifacts" / arts["fio.json"].path).read_bytes()
         assert parse_fio_output(raw).combined.iops == pytest.approx(res.iops)
-        assert json.loads(raw[raw.index(b"{"):])["jobs"][0]["job options"]["bs"] == \
+        # fio runs with --status-interval=1: fio.json is a stream of cumulative reports, the last the final one
+        assert json.loads(split_status_stream(raw)[-1])["jobs"][0]["job options"]["bs"] == \
             step.job_text.split("bs=")[1].split()[0]
         # the job fio ran is byte for byte the one the controller planned
         ran = (lab.lab.root / "artifacts" / arts["job.fio"].path).read_text()
