@@ -7,6 +7,10 @@ and the agent's CPU while exporting.
 
 Targets: IOPS overhead <= 0.5%; agent CPU <= 1% of a core.
 
+IOPS on a small VM varies by several % from run to run, more than the target; so the benchmark
+also measures fio's own CPU time per I/O, bare, with and without the per-second json+ snapshots
+(the part of telemetry that runs inside fio), which resolves far smaller differences.
+
 Usage: python -m bench.telemetry [--pairs 7] [--runtime 10] [--backing-dir /dev/shm]
 """
 
@@ -14,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
+import subprocess
 import tempfile
 import threading
 import time
@@ -35,6 +41,19 @@ TICK = os.sysconf("SC_CLK_TCK")
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK        # utime + stime of the agent itself
+
+
+def fio_cpu_per_io(job: Path, out: Path, snapshots: bool) -> float:
+    """CPU seconds per I/O of one bare fio run (its whole process: job threads and status thread)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    argv = ["fio", "--output-format=json+", f"--output={out}", *(["--status-interval=1"] if snapshots else []),
+            str(job)]
+    subprocess.run(argv, check=True, capture_output=True, start_new_session=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    from labcontract.fioresult import parse_fio_output
+
+    ios = parse_fio_output(out.read_bytes()).combined.ios
+    return ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) / ios
 
 
 def main() -> None:
@@ -114,6 +133,17 @@ def main() -> None:
               f"(overhead {(1 - median(ratios)) * 100:+.2f}%, target <= 0.5%)")
         print(f"median agent CPU while exporting:     {median(cpu_on) * 100:.2f}% of a core (target <= 1%); "
               f"without telemetry {median(cpu_off) * 100:.2f}%")
+
+        from labcontract.fiojob import render_job
+
+        job = lab.root / "cpu.fio"
+        job.write_text(render_job(suite.workloads[0], dut.path))
+        with_s, without_s = [], []
+        for _ in range(args.pairs):
+            without_s.append(fio_cpu_per_io(job, lab.root / "cpu.json", False))
+            with_s.append(fio_cpu_per_io(job, lab.root / "cpu.json", True))
+        print(f"fio CPU per I/O, bare: without snapshots {median(without_s) * 1e6:.3f} us, with "
+              f"{median(with_s) * 1e6:.3f} us: ratio {median(with_s) / median(without_s):.4f}")
     finally:
         lab.stop()
 

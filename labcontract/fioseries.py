@@ -259,10 +259,23 @@ def _zero(like: _Snapshot) -> _Snapshot:
     return _Snapshot(index=-1, t_ms=0, names=like.names, parts=parts)
 
 
+# fio's final report can give a job a few ms less runtime than the last interim report did: an interim
+# snapshot counts time up to "now", the final one stops the clock where the job's I/O ended.
+RUNTIME_SLACK_MS = 1000
+
+
 def _went_back(a: _Snapshot, b: _Snapshot) -> str | None:
-    """What went backwards from ``a`` to ``b`` (None when nothing did)."""
-    if b.t_ms < a.t_ms:
+    """What went backwards from ``a`` to ``b`` (None when nothing did). A runtime a little lower with no
+    counter lower is the final report's clock, not a reset."""
+    counters = _counters_went_back(a, b)
+    if counters is not None:
+        return counters
+    if b.t_ms < a.t_ms - RUNTIME_SLACK_MS:
         return f"runtime {a.t_ms} -> {b.t_ms} ms"
+    return None
+
+
+def _counters_went_back(a: _Snapshot, b: _Snapshot) -> str | None:
     for i, (ea, eb) in enumerate(zip(a.parts, b.parts, strict=True)):
         for ddir, pa, pb in zip(_DIRECTIONS, ea, eb, strict=True):
             where = f"jobs[{i}].{ddir}"

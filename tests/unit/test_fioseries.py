@@ -470,8 +470,15 @@ def test_corrupt_report_before_others_is_an_error() -> None:
 def test_counters_going_backwards_name_the_report() -> None:
     reports = [_report(t, _cumulative(k + 1)) for k, t in enumerate(TIMES_MS)]
     text = "\n".join([reports[0], reports[2], reports[1]])
-    with pytest.raises(FioError, match=r"bad: report\[2\]: runtime 2900 -> 1900 ms went backwards from report\[1\]"):
+    with pytest.raises(FioError, match=r"bad: report\[2\]: jobs\[0\]\.read\.total_ios \d+ -> \d+ went backwards "
+                                       r"from report\[1\]"):
         parse_status_stream(text, source="bad")
+    far_back = json.loads(reports[2])
+    for job in far_back["jobs"]:          # same counters, clock 2 s earlier: not the final report's clock
+        for ddir in ("read", "write"):
+            job[ddir]["runtime"] = 900
+    with pytest.raises(FioError, match=r"runtime 2900 -> 900 ms went backwards"):
+        parse_status_stream("\n".join([*reports, json.dumps(far_back)]), source="bad")
     doc = json.loads(reports[2])
     doc["jobs"][1]["write"]["total_ios"] = 1
     text = "\n".join([reports[0], reports[1], json.dumps(doc)])
@@ -509,3 +516,14 @@ def test_changed_job_entries_and_missing_bins_are_errors() -> None:
                 job[ddir]["lat_ns"].pop("bins", None)
     with pytest.raises(FioError, match=r"lat_ns\.bins: missing"):
         parse_status_stream("\n".join(json.dumps(d) for d in docs), source="plain-json")
+
+
+def test_final_report_with_a_slightly_earlier_clock_supersedes_the_last_interim() -> None:
+    """fio's final report stops a job's clock where its I/O ended; the interim report before it may
+    have counted a few ms more. Seen with fio 3.33: runtime 2006 -> 2002 ms in the final report."""
+    reports = [_report(t, _cumulative(k + 1)) for k, t in enumerate(TIMES_MS)]
+    final = _report(TIMES_MS[-1] - 4, _cumulative(3))
+    samples, metrics = parse_status_stream("\n".join([*reports, final]), source="clock")
+    assert [s.t for s in samples] == [0.9, 1.9, 2.896]
+    assert metrics.runtime_ms == TIMES_MS[-1] - 4
+    assert math.fsum(s.iops * s.dt for s in samples) == pytest.approx(metrics.combined.ios, rel=1e-9)
