@@ -36,6 +36,7 @@ from labcontract.fioresult import (
     pool_mean_stddev,
 )
 from labcontract.fioseries import SecondSample, parse_status_stream, series_summary, split_status_stream
+from tests.fiosynth import bin_value
 
 FIO = shutil.which("fio")
 PLIST = ":".join(f"{p:g}" for p in PERCENTILE_POINTS)
@@ -304,21 +305,6 @@ def test_groups_reject_repeated_names(fio_out: dict[str, str]) -> None:
 
 # --------------------------------------------------------------------------- synthetic reports
 
-# fio's latency histogram (stat.c plat_val_to_idx / plat_idx_to_val, FIO_IO_U_PLAT_BITS = 6)
-_BITS, _VAL = 6, 64
-
-
-def _bin_value(ns: int) -> int:
-    msb = ns.bit_length() - 1 if ns else 0
-    if msb <= _BITS:
-        return ns
-    error_bits = msb - _BITS
-    idx = ((error_bits + 1) << _BITS) + ((_VAL - 1) & (ns >> error_bits))
-    if idx < (_VAL << 1):
-        return idx
-    eb = (idx >> _BITS) - 1
-    base = 1 << (eb + _BITS)
-    return int(base + ((idx % _VAL) + 0.5) * (1 << eb))
 
 
 def _lat(samples: Sequence[int]) -> dict[str, Any]:
@@ -326,7 +312,7 @@ def _lat(samples: Sequence[int]) -> dict[str, Any]:
         return {"min": 0, "max": 0, "mean": 0.0, "stddev": 0.0, "N": 0}
     bins: dict[str, int] = {}
     for x in samples:
-        key = str(_bin_value(x))
+        key = str(bin_value(x))
         bins[key] = bins.get(key, 0) + 1
     return {
         "min": min(samples),
@@ -406,8 +392,8 @@ def test_synthetic_differencing_is_exact() -> None:
     # (10000 in a's reads, whose max is already 50000), within half a bin: 1/128
     assert samples[0].lat_max_ns == 50_000
     assert samples[1].lat_max_ns == 20_000
-    assert _bin_value(10_000) != 10_000
-    assert samples[2].lat_max_ns == _bin_value(10_000)
+    assert bin_value(10_000) != 10_000
+    assert samples[2].lat_max_ns == bin_value(10_000)
     assert samples[2].lat_max_ns == pytest.approx(10_000, rel=1 / 128)
     assert final.combined.ios == sum(len(r) + len(w) for i in INTERVALS for r, w in i.values())
 
