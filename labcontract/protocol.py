@@ -197,6 +197,9 @@ class Submit(Message):
     runtime_override: int | None = None
     scale: float | None = None
     live: bool = True              # per-second snapshots (live telemetry, series) for every fio step
+    priority: int = 0              # higher first
+    not_before: float | None = None   # epoch seconds
+    expires_at: float | None = None   # epoch seconds: expire if not started by then
     reply_to: str
 
 
@@ -207,7 +210,19 @@ class Cancel(Message):
     reply_to: str
 
 
-AnyCommand = Annotated[Submit | Cancel, Field(discriminator="type")]
+class Pause(Message):
+    type: Literal["pause"] = "pause"
+    run_id: str
+    reply_to: str
+
+
+class Resume(Message):
+    type: Literal["resume"] = "resume"
+    run_id: str
+    reply_to: str
+
+
+AnyCommand = Annotated[Submit | Cancel | Pause | Resume, Field(discriminator="type")]
 COMMAND = TypeAdapter(AnyCommand)
 
 

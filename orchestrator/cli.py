@@ -153,14 +153,43 @@ def submit(
     wait: Annotated[bool, typer.Option(help="Watch the run until it ends, then print its results.")] = False,
     live: Annotated[bool, typer.Option(help="Per-second fio snapshots for every step (live telemetry and "
                                             "series); preconditioning always has them.")] = True,
+    priority: Annotated[int, typer.Option(help="Higher runs first; a waiting run reserves its devices against "
+                                               "lower priorities.")] = 0,
+    at: Annotated[str | None, typer.Option(help="Not before: 22:00, 'tonight 22:00', 'tomorrow 06:00', +2h, "
+                                                "or YYYY-MM-DD HH:MM.")] = None,
+    expires_after: Annotated[str | None, typer.Option(help="Expire the run if it has not started this long after "
+                                                           "submission (or after --at): e.g. 12h.")] = None,
 ) -> None:
     """Queue a suite on a host's device(s); prints the run id."""
+    import time as _time
+    from datetime import datetime
+
+    from labcontract.errors import Problem, SubmissionError
     from labcontract.transport import redis_client
+    from labcontract.units import parse_duration
+    from labcontract.when import parse_when
     from orchestrator.client import ControllerClient, check_submission
 
-    suite = check_submission(suite_ref, host, device, _sessions())
-    run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(suite, host, device, runtime,
-                                                                                  scale, live)
+    problems = []
+    not_before = expires_at = None
+    if at is not None:
+        try:
+            not_before = parse_when(at, datetime.now().astimezone()).timestamp()
+        except ValueError as e:
+            problems.append(Problem("--at", str(e)))
+    if expires_after is not None:
+        try:
+            expires_at = (not_before or _time.time()) + parse_duration(expires_after)
+        except ValueError as e:
+            problems.append(Problem("--expires-after", str(e)))
+    try:
+        suite = check_submission(suite_ref, host, device, _sessions())
+    except SubmissionError as e:
+        raise SubmissionError(e.source, [*e.problems, *problems]) from None
+    if problems:
+        raise SubmissionError(suite.source, problems)
+    run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(
+        suite, host, device, runtime, scale, live, priority=priority, not_before=not_before, expires_at=expires_at)
     if reply is None:
         print("warning: the controller has not answered yet; the submission waits in the broker",
               file=sys.stderr)
@@ -203,6 +232,71 @@ def watch(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'la
     with db() as s:
         rid = resolve_run_id(s, run)
     raise typer.Exit(watch_run(db, redis_client(State.config.broker_url), rid, out, timeout_s=timeout))
+
+
+@app.command()
+@fails_cleanly
+def pause(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
+    """Pause a run: its running step finishes, no new step starts; it keeps its devices."""
+    _pause_or_resume(run, resume=False)
+
+
+@app.command()
+@fails_cleanly
+def resume(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
+    """Resume a paused run."""
+    _pause_or_resume(run, resume=True)
+
+
+def _pause_or_resume(run: str, *, resume: bool) -> None:
+    from labcontract.errors import LabError as _LabError
+    from labcontract.transport import redis_client
+    from orchestrator.client import ControllerClient
+    from orchestrator.queries import resolve_run_id
+
+    with _sessions()() as s:
+        rid = resolve_run_id(s, run)
+    client = ControllerClient(redis_client(State.config.broker_url))
+    reply = client.resume(rid) if resume else client.pause(rid)
+    if reply is None:
+        raise _LabError("the controller did not answer; is it running?")
+    if not reply.ok:
+        raise _LabError("; ".join(reply.errors))
+    print(f"{rid} {'resumed' if resume else 'paused'}")
+
+
+@app.command()
+@fails_cleanly
+def queue() -> None:
+    """What runs, what waits, and what each waiting run waits for (the scheduler's own decision)."""
+    import time as _time
+
+    from sqlalchemy import select
+
+    from orchestrator.scheduling import decide
+    from orchestrator.store.models import Host, Run
+
+    tuning = ControllerTuning()
+    now = _time.time()
+
+    def up(h: Host | None) -> bool:
+        return bool(h and h.last_seen and now - h.last_seen <= tuning.heartbeat_timeout_s)
+
+    table = Table("run", "suite", "prio", "target", "state", "steps", "status")
+    with _sessions()() as s:
+        runs = list(s.scalars(select(Run).where(Run.state.in_(["QUEUED", "RUNNING", "PAUSED"]))))
+        hosts = {h.name: h for h in s.scalars(select(Host))}
+        decision = decide(runs, hosts, now, up)
+        starting = {r.id for r, _st in decision.dispatch}
+        order = sorted(runs, key=lambda r: (r.state == "QUEUED", -r.priority, r.submitted_at))
+        for r in order:
+            done = sum(1 for st in r.steps if st.state in ("SUCCEEDED", "FAILED", "CANCELLED"))
+            running = next((st.name for st in r.steps if st.state in ("DISPATCHED", "RUNNING", "LOST")), None)
+            status = decision.waits.get(r.id) or (f"running {running}" if running else
+                                                  "starting" if r.id in starting else "")
+            table.add_row(r.id, r.suite_name, str(r.priority), f"{r.host}:{','.join(r.devices or [r.device])}",
+                          r.state, f"{done}/{len(r.steps)}", status)
+    out.print(table)
 
 
 @app.command()
@@ -336,12 +430,17 @@ def controller(log_level: Annotated[str, typer.Option()] = "INFO",
                = 9465,
                metrics_bind: Annotated[str, typer.Option(help="Address the exporter listens on.")] = "0.0.0.0",
                no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Serve no metrics.")] = False,
+               notify_webhook: Annotated[list[str] | None, typer.Option(
+                   help="POST a JSON body here when a run ends (repeat).")] = None,
+               notify_file: Annotated[list[Path] | None, typer.Option(
+                   help="Append a JSON line here when a run ends (repeat).")] = None,
                ) -> None:
     """Run the controller daemon (the store's only writer)."""
     from orchestrator.cmd.controller import main
 
     main(State.config, ControllerTuning(heartbeat_timeout_s=heartbeat_timeout), log_level=log_level,
-         metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind)
+         metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
+         notify_webhooks=tuple(notify_webhook or ()), notify_files=tuple(notify_file or ()))
 
 
 @app.command()

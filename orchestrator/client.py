@@ -13,7 +13,7 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.errors import Problem, ServiceError, SubmissionError, SuiteError
-from labcontract.protocol import COMMANDS_STREAM, REPLY_PREFIX, Cancel, Message, Reply, Submit
+from labcontract.protocol import COMMANDS_STREAM, REPLY_PREFIX, Cancel, Message, Pause, Reply, Resume, Submit
 from labcontract.suite import Suite, load_suite
 from orchestrator.controller import new_run_id, submission_problems
 
@@ -53,15 +53,25 @@ class ControllerClient:
         return Reply.model_validate_json(got[1])
 
     def submit(self, suite: Suite, host: str, devices: Sequence[str], runtime: int | None = None,
-               scale: float | None = None, live: bool = True) -> tuple[str, Reply | None]:
+               scale: float | None = None, live: bool = True, *, priority: int = 0,
+               not_before: float | None = None, expires_at: float | None = None) -> tuple[str, Reply | None]:
         run_id = new_run_id()
         reply_to = REPLY_PREFIX + uuid.uuid4().hex
         cmd = Submit(run_id=run_id, suite_source=suite.source, suite_text=suite.source_text, host=host,
-                     devices=tuple(devices), runtime_override=runtime, scale=scale, live=live, reply_to=reply_to)
+                     devices=tuple(devices), runtime_override=runtime, scale=scale, live=live, priority=priority,
+                     not_before=not_before, expires_at=expires_at, reply_to=reply_to)
         reply = self._call(cmd, reply_to)
         if reply is not None and not reply.ok:
             raise SubmissionError(suite.source, [Problem("", e) for e in reply.errors])
         return run_id, reply
+
+    def pause(self, run_id: str) -> Reply | None:
+        reply_to = REPLY_PREFIX + uuid.uuid4().hex
+        return self._call(Pause(run_id=run_id, reply_to=reply_to), reply_to)
+
+    def resume(self, run_id: str) -> Reply | None:
+        reply_to = REPLY_PREFIX + uuid.uuid4().hex
+        return self._call(Resume(run_id=run_id, reply_to=reply_to), reply_to)
 
     def cancel(self, run_id: str, reason: str) -> Reply | None:
         reply_to = REPLY_PREFIX + uuid.uuid4().hex

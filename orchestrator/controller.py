@@ -36,9 +36,11 @@ from labcontract.protocol import (
     Cancel,
     CancelStep,
     Heartbeat,
+    Pause,
     Register,
     Reply,
     ReportStep,
+    Resume,
     StartStep,
     StepEnded,
     StepStarted,
@@ -52,7 +54,9 @@ from orchestrator import preconditioning
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.dispatch import Dispatcher
+from orchestrator.notify import Notifier, payload
 from orchestrator.planner import plan
+from orchestrator.scheduling import decide
 from orchestrator.states import (
     ACTIVE_STEP,
     TERMINAL_RUN,
@@ -111,11 +115,12 @@ def submission_problems(session: Session, host_name: str, devices: Sequence[str]
 class Controller:
     def __init__(self, sessions: sessionmaker[Session], client: redis.Redis, dispatcher: Dispatcher,
                  artifacts: ArtifactStore, tuning: ControllerTuning | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, notifier: Notifier | None = None) -> None:
         self.sessions, self.redis, self.dispatcher = sessions, client, dispatcher
         self.artifacts = artifacts
         self.tuning = tuning or ControllerTuning()
         self.clock = clock
+        self.notifier = notifier
         self._stopping = False
         self.last_pass_at: float | None = None     # time.time() of the last completed loop pass (/health)
 
@@ -150,6 +155,7 @@ class Controller:
         self._drain(pending=False, block_ms=self.tuning.block_ms)
         self.schedule()
         self.watch()
+        self.notify()
         self.last_pass_at = time.time()
 
     def _drain(self, *, pending: bool, block_ms: int | None = None) -> None:
@@ -410,7 +416,12 @@ class Controller:
             cmd = COMMAND.validate_python(data)
         except (ValueError, LabError) as e:
             raise ProtocolError(f"malformed command: {e}") from e
-        reply = self.submit(cmd) if isinstance(cmd, Submit) else self.cancel(cmd)
+        if isinstance(cmd, Submit):
+            reply = self.submit(cmd)
+        elif isinstance(cmd, Cancel):
+            reply = self.cancel(cmd)
+        else:
+            reply = self.pause_or_resume(cmd)
         self.redis.lpush(cmd.reply_to, reply.model_dump_json())
         self.redis.expire(cmd.reply_to, REPLY_TTL_S)
 
@@ -435,7 +446,7 @@ class Controller:
             run = Run(id=cmd.run_id, suite_name=suite.name, suite_source=cmd.suite_source,
                       suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=cmd.host,
                       device=paths[0], devices=paths, runtime_override=cmd.runtime_override, scale=cmd.scale,
-                      live=cmd.live,
+                      live=cmd.live, priority=cmd.priority, not_before=cmd.not_before, expires_at=cmd.expires_at,
                       state=str(RunState.QUEUED), submitted_at=self.clock())
             for p in plan(suite, paths, runtime=cmd.runtime_override, scale=cmd.scale):
                 first_round = p.kind == "precondition"
@@ -466,32 +477,71 @@ class Controller:
             self._finish_run_if_done(run)
         return Reply(ok=True, run_id=cmd.run_id)
 
+    def pause_or_resume(self, cmd: Pause | Resume) -> Reply:
+        with self.sessions.begin() as s:
+            run = s.get(Run, cmd.run_id)
+            if run is None:
+                return Reply(ok=False, errors=(f"unknown run {cmd.run_id!r}",))
+            if isinstance(cmd, Pause):
+                if run.state not in (RunState.QUEUED, RunState.RUNNING):
+                    return Reply(ok=False, run_id=run.id, errors=(f"run {run.id} is {run.state}; only a queued or "
+                                                                  "running run can be paused",))
+                run.state = str(check_run(run.id, run.state, RunState.PAUSED))
+                log.info("run paused: the running step finishes, no new step starts",
+                         extra={"run": run.id, "host": run.host})
+            else:
+                if run.state != RunState.PAUSED:
+                    return Reply(ok=False, run_id=run.id, errors=(f"run {run.id} is {run.state}, not paused",))
+                target = RunState.RUNNING if run.started_at else RunState.QUEUED
+                run.state = str(check_run(run.id, run.state, target))
+                log.info("run resumed", extra={"run": run.id, "host": run.host})
+            return Reply(ok=True, run_id=run.id)
+
+    def notify(self) -> None:
+        """Deliver end notifications the store says are due (see orchestrator.notify)."""
+        if self.notifier is None or not self.notifier.enabled:
+            return
+        with self.sessions.begin() as s:
+            due = s.scalars(select(Run).where(Run.state.in_([str(x) for x in TERMINAL_RUN]),
+                                              Run.notified_at.is_(None)).limit(20)).all()
+            for run in due:
+                results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == run.id))}
+                try:
+                    self.notifier.send(payload(run, results))
+                except OSError as e:
+                    log.warning("notification of run %s failed (retried next pass): %s", run.id, e,
+                                extra={"run": run.id})
+                    return
+                run.notified_at = self.clock()
+
     # --- scheduling and watching ---------------------------------------------------------------------
 
     def host_up(self, host: Host | None) -> bool:
         return bool(host and host.last_seen and self.clock() - host.last_seen <= self.tuning.heartbeat_timeout_s)
 
     def schedule(self) -> None:
-        """Dispatch the next pending step of each run that holds (or may take) its device."""
+        """Expire what can no longer start; dispatch what the scheduling rules allow (orchestrator.scheduling)."""
+        now = self.clock()
         with self.sessions.begin() as s:
-            runs = s.scalars(select(Run).where(Run.state.in_([RunState.QUEUED, RunState.RUNNING]))
-                             .order_by(Run.priority.desc(), Run.submitted_at)).all()
-            busy: set[tuple[str, str]] = set()
-            to_send: list[StartStep] = []
+            runs = list(s.scalars(select(Run).where(Run.state.in_(
+                [RunState.QUEUED, RunState.RUNNING, RunState.PAUSED]))))
             for run in runs:
-                keys = {(run.host, d) for d in (run.devices or [run.device])}
-                if keys & busy:
-                    continue           # an earlier run holds one of its devices
-                busy |= keys
-                if any(st.state in ACTIVE_STEP for st in run.steps):
-                    continue
-                nxt = min((st for st in run.steps if st.state == StepState.PENDING),
-                          key=lambda st: (st.seq, st.round), default=None)
-                if nxt is None or not self.host_up(s.get(Host, run.host)):
-                    continue
-                to_send.append(self._new_attempt(s, run, nxt))
+                if run.state == RunState.QUEUED and run.expires_at is not None and now >= run.expires_at:
+                    self._expire(run)
+            hosts = {h.name: h for h in s.scalars(select(Host))}
+            decision = decide([r for r in runs if r.state not in TERMINAL_RUN], hosts, now, self.host_up)
+            to_send = [self._new_attempt(s, run, step) for run, step in decision.dispatch]
         for msg in to_send:       # after the commit: a crash here is healed by watch()
             self.dispatcher.start(msg)
+
+    def _expire(self, run: Run) -> None:
+        reason = "expired: not started before " + time.strftime("%Y-%m-%d %H:%M", time.localtime(run.expires_at))
+        for st in run.steps:
+            if st.state == StepState.PENDING:
+                st.state, st.reason, st.ended_at = str(StepState.CANCELLED), reason, self.clock()
+        run.state = str(check_run(run.id, run.state, RunState.EXPIRED))
+        run.reason, run.ended_at = reason, self.clock()
+        log.warning("run %s", reason, extra={"run": run.id, "host": run.host})
 
     def _new_attempt(self, s: Session, run: Run, step: Step) -> StartStep:
         now = self.clock()

@@ -10,9 +10,11 @@ from labcontract.errors import InvalidTransition
 class RunState(StrEnum):
     QUEUED = "QUEUED"
     RUNNING = "RUNNING"
+    PAUSED = "PAUSED"            # holds its devices; its running step finishes, no new step starts
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"          # could not start before its expiry
 
 
 class StepState(StrEnum):
@@ -25,13 +27,14 @@ class StepState(StrEnum):
     CANCELLED = "CANCELLED"
 
 
-TERMINAL_RUN = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED})
+TERMINAL_RUN = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED, RunState.EXPIRED})
 TERMINAL_STEP = frozenset({StepState.SUCCEEDED, StepState.FAILED, StepState.CANCELLED})
 ACTIVE_STEP = frozenset({StepState.DISPATCHED, StepState.RUNNING, StepState.LOST})
 
 _RUN = {
-    RunState.QUEUED: {RunState.RUNNING, RunState.CANCELLED, RunState.FAILED},
-    RunState.RUNNING: {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED},
+    RunState.QUEUED: {RunState.RUNNING, RunState.PAUSED, RunState.CANCELLED, RunState.FAILED, RunState.EXPIRED},
+    RunState.RUNNING: {RunState.PAUSED, RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED},
+    RunState.PAUSED: {RunState.QUEUED, RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED},
 }
 _STEP = {
     StepState.PENDING: {StepState.DISPATCHED, StepState.CANCELLED, StepState.FAILED},

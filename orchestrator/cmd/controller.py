@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from pathlib import Path
 from types import FrameType
 
 from labcontract.logs import setup_logging
@@ -13,20 +14,23 @@ from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning, LabConfig
 from orchestrator.controller import Controller
 from orchestrator.dispatch import Dispatcher
+from orchestrator.notify import Notifier
 from orchestrator.store.db import make_engine, migrate, sessions
 
 log = logging.getLogger(__name__)
 
 
 def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO",
-         metrics_port: int | None = DEFAULT_CONTROLLER_METRICS_PORT, metrics_bind: str = "0.0.0.0") -> None:
+         metrics_port: int | None = DEFAULT_CONTROLLER_METRICS_PORT, metrics_bind: str = "0.0.0.0",
+         notify_webhooks: tuple[str, ...] = (), notify_files: tuple[Path, ...] = ()) -> None:
     """``metrics_port``: the exporter's port (0: an ephemeral one, logged); None: no exporter."""
     setup_logging(log_level, host="controller")
     engine = make_engine(config.db_url)
     migrate(engine)
     dispatcher = Dispatcher(config.broker_url, expires_s=tuning.dispatch_expires_s)
     controller = Controller(sessions(engine), redis_client(config.broker_url), dispatcher,
-                            ArtifactStore(config.artifact_dir), tuning)
+                            ArtifactStore(config.artifact_dir), tuning,
+                            notifier=Notifier(list(notify_webhooks), list(notify_files)))
     server = None
     if metrics_port is not None:
         from prometheus_client import CollectorRegistry

@@ -83,6 +83,9 @@ class Run(Base):
     runtime_override: Mapped[int | None] = mapped_column(Integer)
     scale: Mapped[float | None] = mapped_column(Float)
     live: Mapped[bool] = mapped_column(Boolean, default=True)    # per-second fio snapshots for every step
+    not_before: Mapped[float | None] = mapped_column(Float)      # may not start before (epoch seconds)
+    expires_at: Mapped[float | None] = mapped_column(Float)      # a run not started by then expires
+    notified_at: Mapped[float | None] = mapped_column(Float)     # end notification delivered
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
     priority: Mapped[int] = mapped_column(Integer, default=0)

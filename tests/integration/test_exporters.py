@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from labcontract import telemetry as T
 from labcontract.live import LiveStatus
 from orchestrator.lab import wait_for
+from orchestrator.states import RunState
 from orchestrator.store.models import Host
 from tests.conftest import LabHandle, start_lab
 
@@ -218,7 +219,7 @@ def test_controller_exporter_shows_runs_steps_and_agents(tlab: LabHandle) -> Non
     promtool_check(body)
     runs = {lab["state"]: v for lab, v in during[T.CTRL_RUNS.sample_name]}
     steps = {lab["state"]: v for lab, v in during[T.CTRL_STEPS.sample_name]}
-    assert set(runs) == {"QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"}
+    assert set(runs) == {s.value for s in RunState}
     assert set(steps) == {"PENDING", "DISPATCHED", "RUNNING", "LOST", "SUCCEEDED", "FAILED", "CANCELLED"}
     assert runs["RUNNING"] >= 1 and steps["RUNNING"] >= 1 and steps["PENDING"] >= 1
     assert value(during, T.CTRL_RESERVATIONS.sample_name) == 1

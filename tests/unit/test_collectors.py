@@ -251,7 +251,7 @@ def test_controller_collector_counts_by_state(ctl: tuple[Controller, Clock, Any]
         for labels, _ in found[m.sample_name]:
             assert tuple(sorted(labels)) == tuple(sorted(m.labels)), m.sample_name
     runs = {lab["state"]: v for lab, v in found["lab_controller_runs"]}
-    assert runs == {"QUEUED": 1, "RUNNING": 2, "SUCCEEDED": 0, "FAILED": 0, "CANCELLED": 0}
+    assert runs == {"QUEUED": 1, "RUNNING": 2, "PAUSED": 0, "SUCCEEDED": 0, "FAILED": 0, "CANCELLED": 0, "EXPIRED": 0}
     steps = {lab["state"]: v for lab, v in found["lab_controller_steps"]}
     assert steps["DISPATCHED"] == 2 and steps["PENDING"] == 4 and steps["SUCCEEDED"] == 0
     assert one(found, "lab_controller_queue_length") == 1

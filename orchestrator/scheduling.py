@@ -1,0 +1,129 @@
+"""Which run gets which device next: a pure decision over the store's runs, used by the controller's
+scheduler and by ``labctl queue`` (so the queue view says exactly what the scheduler does).
+
+Rules, in order:
+
+1. A started run (RUNNING or PAUSED) holds all its devices until it ends; nothing preempts it.
+2. Waiting runs are considered by priority (high first), then submission time. One that may not start
+   yet (``not_before``), whose host is down, or whose devices are held, waits, and reserves its devices
+   against lower-priority runs, so it cannot starve.
+3. Backfill: a lower-priority run may still use devices reserved by a waiting run when it is expected
+   to finish before that run could start (the holders' expected remaining time), so it delays nobody.
+4. A run starts only when every device it names is free: all at once, never piecemeal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from labcontract.suite import Precondition, Workload, parse_suite
+from orchestrator.states import ACTIVE_STEP, RunState, StepState
+from orchestrator.store.models import Host, Run, Step
+
+Key = tuple[str, str]          # (host, device path)
+
+
+@dataclass
+class Decision:
+    dispatch: list[tuple[Run, Step]] = field(default_factory=list)   # start these steps now
+    waits: dict[str, str] = field(default_factory=dict)              # run id -> what it waits for
+
+
+def devices_of(run: Run) -> set[Key]:
+    return {(run.host, d) for d in (run.devices or [run.device])}
+
+
+def _precondition(run: Run) -> Precondition | None:
+    try:
+        pc = parse_suite(run.suite_text, run.suite_source).phases.precondition
+    except Exception:  # a stored suite always parsed once; never let an estimate break scheduling
+        return None
+    if pc is not None and run.scale is not None:
+        pc = pc.model_copy(update={"round": max(1, round(pc.round * run.scale))})
+    return pc
+
+
+def step_seconds(step: Step, pc: Precondition | None, *, upper: bool) -> float:
+    """Expected length of a step; a precondition round stands for its whole group, bounded above by
+    max_rounds and below by the steady-state window."""
+    if step.workload is None:
+        return 60.0                                   # a purge: discard is quick on SSDs
+    seconds = float(Workload.model_validate(step.workload).expected_seconds)
+    if step.kind == "precondition" and pc is not None:
+        rounds_left = (pc.max_rounds if upper else pc.window) - step.round + 1
+        seconds *= max(rounds_left, 1)
+    return seconds
+
+
+def remaining_seconds(run: Run, now: float, *, upper: bool) -> float:
+    pc = _precondition(run) if any(st.kind == "precondition" for st in run.steps) else None
+    total = 0.0
+    for st in run.steps:
+        if st.state == StepState.PENDING:
+            total += step_seconds(st, pc, upper=upper)
+        elif st.state in ACTIVE_STEP:
+            att = st.attempts[-1] if st.attempts else None
+            spent = now - att.fio_started_at if att is not None and att.fio_started_at else 0.0
+            total += max(step_seconds(st, pc, upper=upper) - spent, 0.0)
+    return total
+
+
+def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callable[[Host | None], bool]) -> Decision:
+    d = Decision()
+    held: dict[Key, Run] = {}
+    started = [r for r in runs if r.state in (RunState.RUNNING, RunState.PAUSED)]
+    waiting = sorted((r for r in runs if r.state == RunState.QUEUED), key=lambda r: (-r.priority, r.submitted_at))
+    for run in started:
+        for key in devices_of(run):
+            held[key] = run
+    for run in started:
+        if run.state == RunState.PAUSED:
+            d.waits[run.id] = "paused (holds its devices)"
+        elif not any(st.state in ACTIVE_STEP for st in run.steps):
+            if not host_up(hosts.get(run.host)):
+                d.waits[run.id] = f"host {run.host} is down"
+            else:
+                nxt = next_pending(run)
+                if nxt is not None:
+                    d.dispatch.append((run, nxt))
+    reserved: dict[Key, tuple[Run, float]] = {}       # key -> (waiting run, seconds until it could start)
+    for run in waiting:
+        keys = devices_of(run)
+        if run.not_before and run.not_before > now:
+            d.waits[run.id] = "not before " + time.strftime("%Y-%m-%d %H:%M", time.localtime(run.not_before))
+            continue
+        blockers = sorted({held[k].id for k in keys if k in held})
+        if not host_up(hosts.get(run.host)):
+            d.waits[run.id] = f"host {run.host} is down"
+            continue
+        if blockers:
+            holders = [held[k] for k in keys if k in held]
+            shadow = max(remaining_seconds(h, now, upper=False) for h in holders)
+            for k in keys:
+                reserved.setdefault(k, (run, shadow))
+            busy = sorted(f"{k[1]}" for k in keys if k in held)
+            d.waits[run.id] = f"device(s) {', '.join(busy)} held by run(s) {', '.join(blockers)}"
+            continue
+        conflicts = [(k, reserved[k]) for k in keys if k in reserved]
+        if conflicts:
+            need = remaining_seconds(run, now, upper=True)
+            blocking = [(k, w, s) for k, (w, s) in conflicts if need > s]
+            if blocking:
+                k, w, _s = blocking[0]
+                d.waits[run.id] = (f"device {k[1]} reserved for run {w.id} (priority {w.priority}); too long to "
+                                   f"backfill (~{need:.0f}s)")
+                continue
+        nxt = next_pending(run)
+        if nxt is None:
+            continue
+        for k in keys:
+            held[k] = run
+        d.dispatch.append((run, nxt))
+    return d
+
+
+def next_pending(run: Run) -> Step | None:
+    return min((st for st in run.steps if st.state == StepState.PENDING), key=lambda st: (st.seq, st.round),
+               default=None)

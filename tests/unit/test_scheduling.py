@@ -1,0 +1,172 @@
+"""The overnight queue's rules on a real SQLite store, with a recording dispatcher in place of Celery:
+priorities, not-before, expiry, pause/resume, reservations with backfill that starves nobody, notifications."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from labcontract.facts import DeclaredDut, HostFacts
+from labcontract.protocol import Artifact, Pause, Register, Resume, StepEnded, StepStarted, Submit
+from orchestrator.artifacts import ArtifactStore
+from orchestrator.config import ControllerTuning
+from orchestrator.controller import Controller
+from orchestrator.notify import Notifier
+from orchestrator.scheduling import decide
+from orchestrator.store.db import make_engine, migrate, sessions
+from orchestrator.store.models import Host, Run
+from tests.unit.test_controller import Clock, RecordingDispatcher
+
+
+def suite(runtime: int, n: int = 1, devices: int = 1) -> str:
+    return (f"suite: s{runtime}x{n}\ndevices: {devices}\nprofiles:\n" +
+            "".join(f"  - {{name: w{i}, rw: randread, bs: 4k, runtime: {runtime}}}\n" for i in range(n)))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Any:
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    migrate(engine)
+    db = sessions(engine)
+    disp, clock = RecordingDispatcher(), Clock()
+    notifier = Notifier(files=[tmp_path / "notifications.jsonl"])
+    ctl = Controller(db, None, disp, ArtifactStore(tmp_path / "art"), ControllerTuning(), clock=clock,  # type: ignore[arg-type]
+                     notifier=notifier)
+    ctl.handle_event(Register(host="h1", agent_version="0.1.0", facts=HostFacts(hostname="h1"), duts=(
+        DeclaredDut(name="d0", path="/dev/loop90", kind="block", size_bytes=1 << 30),
+        DeclaredDut(name="d1", path="/dev/loop91", kind="block", size_bytes=1 << 30))))
+    return ctl, disp, clock, db, tmp_path, engine
+
+
+def submit(ctl: Controller, run_id: str, text: str, devices: tuple[str, ...] = ("d0",), **kw: Any) -> None:
+    reply = ctl.submit(Submit(run_id=run_id, suite_source=f"{run_id}.yaml", suite_text=text, host="h1",
+                              devices=devices, reply_to="x", **kw))
+    assert reply.ok, reply
+
+
+def finish(ctl: Controller, attempt_id: str, fio_json: bytes) -> None:
+    ctl.handle_event(StepStarted(host="h1", attempt_id=attempt_id, pid=1, fio_started_at=ctl.clock(), job_sha256="x"))
+    ctl.handle_event(StepEnded(host="h1", attempt_id=attempt_id, outcome="exited", exit_code=0,
+                               artifacts=(Artifact.of("fio.json", fio_json),)))
+
+
+def started_runs(disp: RecordingDispatcher) -> list[str]:
+    return [m.run_id for m in disp.starts()]
+
+
+def test_priority_goes_first_and_a_waiting_run_reserves_its_device(env: Any) -> None:
+    ctl, disp, clock, *_ = env
+    submit(ctl, "low", suite(60))
+    clock.t += 1
+    submit(ctl, "high", suite(60), priority=5)
+    ctl.schedule()
+    assert started_runs(disp) == ["high"]
+    ctl.schedule()
+    assert started_runs(disp) == ["high"]           # one run per device
+
+
+def test_not_before_waits_without_reserving_and_expiry_ends_runs_that_cannot_start(env: Any) -> None:
+    ctl, disp, clock, db, *_ = env
+    submit(ctl, "tonight", suite(60), not_before=clock.t + 3600, priority=9)
+    submit(ctl, "now", suite(60))
+    submit(ctl, "stale", suite(60), ("d1",), not_before=clock.t + 7200, expires_at=clock.t + 1800)
+    ctl.schedule()
+    assert started_runs(disp) == ["now"]            # the later not-before run does not block the device
+    clock.t += 1801
+    ctl.handle_event(Register(host="h1", agent_version="0.1.0", facts=HostFacts(hostname="h1"), duts=(
+        DeclaredDut(name="d0", path="/dev/loop90", kind="block", size_bytes=1 << 30),
+        DeclaredDut(name="d1", path="/dev/loop91", kind="block", size_bytes=1 << 30))))
+    ctl.schedule()
+    with db() as s:
+        stale = s.get(Run, "stale")
+        assert stale is not None and stale.state == "EXPIRED" and stale.reason.startswith("expired: not started before")
+        assert {st.state for st in stale.steps} == {"CANCELLED"}
+
+
+def test_pause_lets_the_running_step_finish_and_resume_continues(env: Any, fio_outputs: dict[str, bytes]) -> None:
+    ctl, disp, _clock, db, *_ = env
+    submit(ctl, "r", suite(1, n=2))
+    ctl.schedule()
+    first = disp.starts()[0]
+    assert ctl.pause_or_resume(Pause(run_id="r", reply_to="x")).ok
+    finish(ctl, first.attempt_id, fio_outputs["4k-randread"])
+    ctl.schedule()
+    assert len(disp.starts()) == 1                  # paused: nothing new
+    submit(ctl, "other", suite(1))
+    ctl.schedule()
+    assert started_runs(disp) == ["r"]              # a paused run keeps its device
+    bad = ctl.pause_or_resume(Resume(run_id="other", reply_to="x"))
+    assert not bad.ok and "not paused" in bad.errors[0]
+    assert ctl.pause_or_resume(Resume(run_id="r", reply_to="x")).ok
+    ctl.schedule()
+    assert started_runs(disp) == ["r", "r"]
+    with db() as s:
+        assert s.get(Run, "r").state == "RUNNING"  # type: ignore[union-attr]
+
+
+def test_backfill_uses_a_reserved_device_only_when_it_delays_nobody(env: Any) -> None:
+    ctl, disp, clock, *_ = env
+    submit(ctl, "holder", suite(600), ("d1",))                     # runs 10 min on d1
+    ctl.schedule()
+    submit(ctl, "big", suite(60, devices=2), ("d0", "d1"), priority=5)   # needs d0+d1: waits for d1
+    submit(ctl, "long", suite(3000), ("d0",))                     # would delay "big": must wait
+    clock.t += 1
+    submit(ctl, "short", suite(30), ("d0",))                      # fits before d1 frees up: backfills
+    with ctl.sessions() as s:     # what the scheduler is about to decide, with its reasons
+        runs = list(s.scalars(select(Run).where(Run.state.in_(["QUEUED", "RUNNING", "PAUSED"]))))
+        hosts = {h.name: h for h in s.scalars(select(Host))}
+        waits = decide(runs, hosts, clock.t, ctl.host_up).waits
+    assert waits["big"] == "device(s) /dev/loop91 held by run(s) holder"
+    assert waits["long"].startswith("device /dev/loop90 reserved for run big (priority 5); too long to backfill")
+    assert "short" not in waits and "holder" not in waits
+    ctl.schedule()
+    assert started_runs(disp) == ["holder", "short"]
+
+
+def test_end_notifications_reach_the_file_and_a_webhook(env: Any, fio_outputs: dict[str, bytes]) -> None:
+    ctl, disp, _clock, db, tmp, _engine = env
+    got: list[dict[str, Any]] = []
+    fail = [True]
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if fail[0]:
+                self.send_response(503)
+            else:
+                got.append(json.loads(body))
+                self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ctl.notifier.webhooks.append(f"http://127.0.0.1:{server.server_address[1]}/hook")
+        submit(ctl, "n1", suite(1))
+        ctl.schedule()
+        finish(ctl, disp.starts()[0].attempt_id, fio_outputs["4k-randread"])
+        ctl.notify()                                          # webhook down: not marked, retried
+        with db() as s:
+            assert s.get(Run, "n1").notified_at is None  # type: ignore[union-attr]
+        fail[0] = False
+        ctl.notify()
+        ctl.notify()                                          # delivered once
+    finally:
+        server.shutdown()
+    assert len(got) == 1
+    body = got[0]
+    assert body["event"] == "run.ended" and body["run"] == "n1" and body["state"] == "SUCCEEDED"
+    assert body["steps"] == {"succeeded": 1} and body["results"][0]["iops"] > 0
+    lines = [json.loads(x) for x in (tmp / "notifications.jsonl").read_text().splitlines()]
+    assert [x["run"] for x in lines] == ["n1", "n1"]        # the file took the first, failed pass too
+    with db() as s:
+        assert s.get(Run, "n1").notified_at is not None  # type: ignore[union-attr]
