@@ -1,0 +1,77 @@
+"""The overnight queue through the real CLI and controller: not-before, queue view, pause/resume,
+cancel, end notifications, and bad times refused with nothing queued."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from orchestrator.lab import wait_for
+from orchestrator.store.models import Run
+from tests.conftest import LabHandle, start_lab
+
+pytestmark = pytest.mark.integration
+
+TWO_STEPS = ("suite: two\nprofiles:\n  - {name: first, rw: randread, bs: 4k, iodepth: 4, runtime: 2s}\n"
+             "  - {name: second, rw: randread, bs: 4k, iodepth: 4, runtime: 1s}\n")
+
+
+@pytest.fixture
+def qlab(tmp_path: Path) -> Iterator[tuple[LabHandle, Path]]:
+    sink = tmp_path / "notifications.jsonl"
+    handle = start_lab(tmp_path / "lab", controller_extra=("--notify-file", str(sink)))
+    yield handle, sink
+    handle.lab.stop()
+
+
+def test_queue_pause_resume_cancel_and_notifications(qlab: tuple[LabHandle, Path], tmp_path: Path) -> None:
+    lab, sink = qlab
+    suite = tmp_path / "two.yaml"
+    suite.write_text(TWO_STEPS)
+    later = lab.labctl("submit", str(suite), "--host", lab.host, "--device", "dut0", "--at", "+1h",
+                       "--priority", "3", check=True).stdout.strip()
+    now = lab.labctl("submit", str(suite), "--host", lab.host, "--device", "dut0", check=True).stdout.strip()
+    lab.wait_step_state(now, "RUNNING")
+    assert lab.labctl("pause", now, check=True).stdout.strip() == f"{now} paused"
+    queue = lab.labctl("queue", check=True).stdout
+    assert later in queue and "not before" in queue and now in queue and "PAUSED" in queue
+    d = lab.wait_step_state(now, "SUCCEEDED")                 # the running step finishes...
+    assert [st.state for st in d.steps] == ["SUCCEEDED", "PENDING"]
+    assert lab.detail(now).steps[1].state == "PENDING"      # ...and nothing new starts while paused
+    assert "paused (holds its devices)" in lab.labctl("queue", check=True).stdout
+    assert lab.labctl("resume", now, check=True).stdout.strip() == f"{now} resumed"
+    assert lab.wait_run(now).run.state == "SUCCEEDED"
+    res = lab.labctl("resume", now)
+    assert res.returncode == 1 and "not paused" in res.stderr
+    assert lab.labctl("cancel", later, check=True).returncode == 0
+    assert lab.wait_run(later).run.state == "CANCELLED"
+
+    def notified() -> list[dict[str, object]]:
+        if not sink.exists():
+            return []
+        lines = [json.loads(x) for x in sink.read_text().splitlines()]
+        return lines if {x["run"] for x in lines} >= {now, later} else []
+    lines = wait_for(notified, 30, "both end notifications")
+    assert isinstance(lines, list)
+    by_run = {x["run"]: x for x in lines}
+    assert by_run[now]["state"] == "SUCCEEDED" and by_run[now]["steps"] == {"succeeded": 2}
+    assert by_run[later]["state"] == "CANCELLED" and by_run[later]["reason"].startswith("cancelled")
+
+
+def test_bad_times_are_refused_and_nothing_is_queued(qlab: tuple[LabHandle, Path], tmp_path: Path) -> None:
+    lab, _sink = qlab
+    suite = tmp_path / "two.yaml"
+    suite.write_text(TWO_STEPS)
+    with lab.sessions() as s:
+        before = s.scalar(select(func.count()).select_from(Run))
+    res = lab.labctl("submit", str(suite), "--host", lab.host, "--device", "dut0", "--at", "tonight 25:00",
+                     "--expires-after", "soon")
+    assert res.returncode == 1
+    assert "--at: 'tonight 25:00': not a time of day" in res.stderr
+    assert "--expires-after: not a duration: 'soon'" in res.stderr
+    with lab.sessions() as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == before
