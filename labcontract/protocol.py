@@ -222,7 +222,24 @@ class Resume(Message):
     reply_to: str
 
 
-AnyCommand = Annotated[Submit | Cancel | Pause | Resume, Field(discriminator="type")]
+class ScheduleAdd(Message):
+    """Repeat ``submit`` (its run id, reply and times are filled in at each firing) on a cron expression."""
+
+    type: Literal["schedule_add"] = "schedule_add"
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    cron: str
+    submit: Submit
+    expires_after_s: int | None = None
+    reply_to: str
+
+
+class ScheduleRemove(Message):
+    type: Literal["schedule_rm"] = "schedule_rm"
+    name: str
+    reply_to: str
+
+
+AnyCommand = Annotated[Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove, Field(discriminator="type")]
 COMMAND = TypeAdapter(AnyCommand)
 
 

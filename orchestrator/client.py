@@ -13,7 +13,18 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.errors import Problem, ServiceError, SubmissionError, SuiteError
-from labcontract.protocol import COMMANDS_STREAM, REPLY_PREFIX, Cancel, Message, Pause, Reply, Resume, Submit
+from labcontract.protocol import (
+    COMMANDS_STREAM,
+    REPLY_PREFIX,
+    Cancel,
+    Message,
+    Pause,
+    Reply,
+    Resume,
+    ScheduleAdd,
+    ScheduleRemove,
+    Submit,
+)
 from labcontract.suite import Suite, load_suite
 from orchestrator.controller import new_run_id, submission_problems
 
@@ -64,6 +75,20 @@ class ControllerClient:
         if reply is not None and not reply.ok:
             raise SubmissionError(suite.source, [Problem("", e) for e in reply.errors])
         return run_id, reply
+
+    def schedule_add(self, name: str, cron: str, suite: Suite, host: str, devices: Sequence[str], *,
+                     runtime: int | None = None, scale: float | None = None, live: bool = True, priority: int = 0,
+                     expires_after_s: int | None = None) -> Reply | None:
+        reply_to = REPLY_PREFIX + uuid.uuid4().hex
+        template = Submit(run_id="-", suite_source=suite.source, suite_text=suite.source_text, host=host,
+                          devices=tuple(devices), runtime_override=runtime, scale=scale, live=live, priority=priority,
+                          reply_to="-")
+        return self._call(ScheduleAdd(name=name, cron=cron, submit=template, expires_after_s=expires_after_s,
+                                      reply_to=reply_to), reply_to)
+
+    def schedule_rm(self, name: str) -> Reply | None:
+        reply_to = REPLY_PREFIX + uuid.uuid4().hex
+        return self._call(ScheduleRemove(name=name, reply_to=reply_to), reply_to)
 
     def pause(self, run_id: str) -> Reply | None:
         reply_to = REPLY_PREFIX + uuid.uuid4().hex

@@ -17,9 +17,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import redis
+from croniter import croniter
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -41,6 +43,8 @@ from labcontract.protocol import (
     Reply,
     ReportStep,
     Resume,
+    ScheduleAdd,
+    ScheduleRemove,
     StartStep,
     StepEnded,
     StepStarted,
@@ -66,11 +70,17 @@ from orchestrator.states import (
     check_run,
     check_step,
 )
-from orchestrator.store.models import Artifact, Attempt, Device, Host, Result, Run, Step
+from orchestrator.store.models import Artifact, Attempt, Device, Host, Result, Run, Schedule, Step
 
 log = logging.getLogger(__name__)
 CONSUMER = "controller-1"
 REPLY_TTL_S = 300
+
+
+def next_fire(cron: str, after: float) -> float:
+    """The first time after ``after`` that the cron expression names (local time)."""
+    start = datetime.fromtimestamp(after).astimezone()
+    return float(croniter(cron, start).get_next(datetime).timestamp())
 
 
 def new_run_id() -> str:
@@ -153,6 +163,7 @@ class Controller:
 
     def step_once(self) -> None:
         self._drain(pending=False, block_ms=self.tuning.block_ms)
+        self.fire_schedules()
         self.schedule()
         self.watch()
         self.notify()
@@ -420,6 +431,8 @@ class Controller:
             reply = self.submit(cmd)
         elif isinstance(cmd, Cancel):
             reply = self.cancel(cmd)
+        elif isinstance(cmd, ScheduleAdd | ScheduleRemove):
+            reply = self.schedules(cmd)
         else:
             reply = self.pause_or_resume(cmd)
         self.redis.lpush(cmd.reply_to, reply.model_dump_json())
@@ -427,37 +440,45 @@ class Controller:
 
     def submit(self, cmd: Submit) -> Reply:
         with self.sessions.begin() as s:
-            if s.get(Run, cmd.run_id) is not None:
-                return Reply(ok=True, run_id=cmd.run_id)     # a re-sent submission
-            problems: list[Problem] = []
-            try:
-                suite = parse_suite(cmd.suite_text, cmd.suite_source)
-            except SuiteError as e:
-                problems += e.problems
-                suite = None
-            problems += submission_problems(s, cmd.host, cmd.devices, suite)
-            if problems or suite is None:
-                err = SubmissionError(cmd.suite_source, problems)
-                log.warning("submission %s rejected: %s", cmd.run_id, err.summary)
-                return Reply(ok=False, errors=tuple(str(p) for p in problems))
-            host = s.get(Host, cmd.host)
-            assert host is not None
-            paths = [dev.path for d in cmd.devices if (dev := find_device(host, d)) is not None]
-            run = Run(id=cmd.run_id, suite_name=suite.name, suite_source=cmd.suite_source,
-                      suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=cmd.host,
-                      device=paths[0], devices=paths, runtime_override=cmd.runtime_override, scale=cmd.scale,
-                      live=cmd.live, priority=cmd.priority, not_before=cmd.not_before, expires_at=cmd.expires_at,
-                      state=str(RunState.QUEUED), submitted_at=self.clock())
-            for p in plan(suite, paths, runtime=cmd.runtime_override, scale=cmd.scale):
-                first_round = p.kind == "precondition"
-                run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}" + ("-r001" if first_round else ""),
-                                      seq=p.seq, round=1 if first_round else 0, kind=p.kind, name=p.name,
-                                      cell=p.cell, note=p.note,
-                                      workload=p.workload.model_dump(mode="json") if p.workload else None,
-                                      job_text=p.job_text, state=str(StepState.PENDING)))
-            s.add(run)
-            log.info("run queued: suite %s, %d steps on %s:%s", suite.name, len(run.steps), cmd.host,
-                     ",".join(paths), extra={"run": run.id, "host": cmd.host})
+            return self._submit_in(s, cmd)
+
+    def submission_problems(self, s: Session, cmd: Submit) -> tuple[Suite | None, list[Problem]]:
+        problems: list[Problem] = []
+        suite = None
+        try:
+            suite = parse_suite(cmd.suite_text, cmd.suite_source)
+        except SuiteError as e:
+            problems += e.problems
+        problems += submission_problems(s, cmd.host, cmd.devices, suite)
+        return suite, problems
+
+    def _submit_in(self, s: Session, cmd: Submit) -> Reply:
+        """Validate and queue a run in the caller's transaction (submissions and schedule firings)."""
+        if s.get(Run, cmd.run_id) is not None:
+            return Reply(ok=True, run_id=cmd.run_id)     # a re-sent submission
+        suite, problems = self.submission_problems(s, cmd)
+        if problems or suite is None:
+            err = SubmissionError(cmd.suite_source, problems)
+            log.warning("submission %s rejected: %s", cmd.run_id, err.summary)
+            return Reply(ok=False, errors=tuple(str(p) for p in problems))
+        host = s.get(Host, cmd.host)
+        assert host is not None
+        paths = [dev.path for d in cmd.devices if (dev := find_device(host, d)) is not None]
+        run = Run(id=cmd.run_id, suite_name=suite.name, suite_source=cmd.suite_source,
+                  suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=cmd.host,
+                  device=paths[0], devices=paths, runtime_override=cmd.runtime_override, scale=cmd.scale,
+                  live=cmd.live, priority=cmd.priority, not_before=cmd.not_before, expires_at=cmd.expires_at,
+                  state=str(RunState.QUEUED), submitted_at=self.clock())
+        for p in plan(suite, paths, runtime=cmd.runtime_override, scale=cmd.scale):
+            first_round = p.kind == "precondition"
+            run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}" + ("-r001" if first_round else ""),
+                                  seq=p.seq, round=1 if first_round else 0, kind=p.kind, name=p.name,
+                                  cell=p.cell, note=p.note,
+                                  workload=p.workload.model_dump(mode="json") if p.workload else None,
+                                  job_text=p.job_text, state=str(StepState.PENDING)))
+        s.add(run)
+        log.info("run queued: suite %s, %d steps on %s:%s", suite.name, len(run.steps), cmd.host,
+                 ",".join(paths), extra={"run": run.id, "host": cmd.host})
         return Reply(ok=True, run_id=cmd.run_id)
 
     def cancel(self, cmd: Cancel) -> Reply:
@@ -476,6 +497,48 @@ class Controller:
                     self.dispatcher.cancel(att.host, CancelStep(attempt_id=att.id, reason=cmd.reason))
             self._finish_run_if_done(run)
         return Reply(ok=True, run_id=cmd.run_id)
+
+    def schedules(self, cmd: ScheduleAdd | ScheduleRemove) -> Reply:
+        with self.sessions.begin() as s:
+            existing = s.get(Schedule, cmd.name)
+            if isinstance(cmd, ScheduleRemove):
+                if existing is None:
+                    return Reply(ok=False, errors=(f"no schedule {cmd.name!r}",))
+                s.delete(existing)
+                log.info("schedule %s removed", cmd.name)
+                return Reply(ok=True)
+            problems = [] if existing is None else [Problem("name", f"schedule {cmd.name!r} exists (rm it first)")]
+            if not croniter.is_valid(cmd.cron):
+                problems.append(Problem("--cron", f"{cmd.cron!r} is not a cron expression (5 fields: "
+                                                  "minute hour day-of-month month day-of-week)"))
+            _suite, more = self.submission_problems(s, cmd.submit)
+            problems += more
+            if problems:
+                return Reply(ok=False, errors=tuple(str(p) for p in problems))
+            now = self.clock()
+            s.add(Schedule(name=cmd.name, cron=cmd.cron, expires_after_s=cmd.expires_after_s,
+                           submit=cmd.submit.model_dump(mode="json", exclude={"run_id", "reply_to", "not_before",
+                                                                               "expires_at"}),
+                           next_fire_at=next_fire(cmd.cron, now), created_at=now))
+            log.info("schedule %s added: %s", cmd.name, cmd.cron)
+            return Reply(ok=True)
+
+    def fire_schedules(self) -> None:
+        """Queue a run for every schedule that is due; once per due time, however long the controller was away."""
+        now = self.clock()
+        with self.sessions.begin() as s:
+            for sch in s.scalars(select(Schedule).where(Schedule.next_fire_at <= now)):
+                run_id = new_run_id()
+                cmd = Submit.model_validate({**sch.submit, "run_id": run_id, "reply_to": "",
+                                             "expires_at": now + sch.expires_after_s if sch.expires_after_s else None})
+                reply = self._submit_in(s, cmd)
+                sch.last_fired_at, sch.next_fire_at = now, next_fire(sch.cron, now)
+                if reply.ok:
+                    sch.last_run_id, sch.last_error = run_id, ""
+                    log.info("schedule %s fired: run %s", sch.name, run_id, extra={"run": run_id})
+                else:
+                    sch.last_error = "; ".join(reply.errors)
+                    log.error("schedule %s could not submit: %s", sch.name, sch.last_error)
 
     def pause_or_resume(self, cmd: Pause | Resume) -> Reply:
         with self.sessions.begin() as s:

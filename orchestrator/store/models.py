@@ -202,3 +202,19 @@ class PreconditionRecord(Base):
     reached_round: Mapped[int | None] = mapped_column(Integer)
     verdict: Mapped[str] = mapped_column(Text, default="")
     ended_at: Mapped[float | None] = mapped_column(Float)
+
+
+class Schedule(Base):
+    """A recurring submission (e.g. a nightly regression): a cron expression and the submission it repeats."""
+
+    __tablename__ = "schedules"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    cron: Mapped[str] = mapped_column(String(128))
+    submit: Mapped[dict[str, Any]] = mapped_column()          # Submit fields without run id / times
+    expires_after_s: Mapped[int | None] = mapped_column(Integer)
+    next_fire_at: Mapped[float] = mapped_column(Float)
+    last_fired_at: Mapped[float | None] = mapped_column(Float)
+    last_run_id: Mapped[str | None] = mapped_column(String(32))
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)

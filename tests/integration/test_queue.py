@@ -75,3 +75,17 @@ def test_bad_times_are_refused_and_nothing_is_queued(qlab: tuple[LabHandle, Path
     assert "--expires-after: not a duration: 'soon'" in res.stderr
     with lab.sessions() as s:
         assert s.scalar(select(func.count()).select_from(Run)) == before
+
+
+def test_schedule_add_list_rm_through_the_cli(qlab: tuple[LabHandle, Path]) -> None:
+    lab, _sink = qlab
+    bad = lab.labctl("schedule", "add", "nightly", "demo", "--cron", "0 25 * * *", "--host", lab.host,
+                     "--device", "dut0")
+    assert bad.returncode == 1 and "--cron: '0 25 * * *' is not a cron expression" in bad.stderr
+    ok = lab.labctl("schedule", "add", "nightly", "demo", "--cron", "0 22 * * 1-5", "--host", lab.host,
+                    "--device", "dut0", "--expires-after", "10h", "--runtime", "1")
+    assert ok.returncode == 0, ok.stderr
+    listing = lab.labctl("schedule", "list", check=True).stdout
+    assert "nightly" in listing and "0 22 * * 1-5" in listing and "22:00" in listing
+    assert lab.labctl("schedule", "rm", "nightly", check=True).stdout.strip() == "schedule nightly removed"
+    assert "nightly" not in lab.labctl("schedule", "list", check=True).stdout

@@ -5,22 +5,33 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from labcontract.facts import DeclaredDut, HostFacts
-from labcontract.protocol import Artifact, Pause, Register, Resume, StepEnded, StepStarted, Submit
+from labcontract.protocol import (
+    Artifact,
+    Pause,
+    Register,
+    Resume,
+    ScheduleAdd,
+    ScheduleRemove,
+    StepEnded,
+    StepStarted,
+    Submit,
+)
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.controller import Controller
 from orchestrator.notify import Notifier
 from orchestrator.scheduling import decide
 from orchestrator.store.db import make_engine, migrate, sessions
-from orchestrator.store.models import Host, Run
+from orchestrator.store.models import Host, Run, Schedule
 from tests.unit.test_controller import Clock, RecordingDispatcher
 
 
@@ -170,3 +181,37 @@ def test_end_notifications_reach_the_file_and_a_webhook(env: Any, fio_outputs: d
     assert [x["run"] for x in lines] == ["n1", "n1"]        # the file took the first, failed pass too
     with db() as s:
         assert s.get(Run, "n1").notified_at is not None  # type: ignore[union-attr]
+
+
+def test_schedules_fire_once_per_due_time_and_refuse_bad_input(env: Any) -> None:
+    ctl, _disp, clock, db, *_ = env
+    clock.t = datetime(2026, 11, 21, 21, 58, tzinfo=UTC).timestamp()
+    template = Submit(run_id="-", suite_source="n.yaml", suite_text=suite(1), host="h1", devices=("d0",),
+                      reply_to="-", priority=2)
+    bad = ctl.schedules(ScheduleAdd(name="nightly", cron="61 * * *", submit=template.model_copy(
+        update={"host": "nohost"}), reply_to="x"))
+    assert not bad.ok
+    assert any(e.startswith("--cron: '61 * * *' is not a cron expression") for e in bad.errors)
+    assert any(e.startswith("--host: unknown host 'nohost'") for e in bad.errors)
+    ok = ctl.schedules(ScheduleAdd(name="nightly", cron="*/5 * * * *", submit=template, expires_after_s=3600,
+                                   reply_to="x"))
+    assert ok.ok
+    assert not ctl.schedules(ScheduleAdd(name="nightly", cron="*/5 * * * *", submit=template, reply_to="x")).ok
+    with db() as s:
+        sch = s.get(Schedule, "nightly")
+        assert sch is not None and sch.next_fire_at == clock.t + 120       # 22:00
+    ctl.fire_schedules()
+    with db() as s:
+        assert s.scalar(select(func.count()).select_from(Run)) == 0
+    clock.t += 120 + 3 * 300                                                 # the controller was away 15 min
+    ctl.fire_schedules()
+    ctl.fire_schedules()
+    with db() as s:
+        runs = s.scalars(select(Run)).all()
+        assert len(runs) == 1                                               # once, not four times
+        (run,) = runs
+        assert run.priority == 2 and run.expires_at == clock.t + 3600 and run.state == "QUEUED"
+        sch = s.get(Schedule, "nightly")
+        assert sch is not None and sch.last_run_id == run.id and sch.next_fire_at == clock.t + 300
+    assert ctl.schedules(ScheduleRemove(name="nightly", reply_to="x")).ok
+    assert not ctl.schedules(ScheduleRemove(name="nightly", reply_to="x")).ok
