@@ -82,6 +82,7 @@ class Lab:
     procs: list[Proc] = field(default_factory=list)
     duts: list[Dut] = field(default_factory=list)
     broker_url: str | None = None
+    _redis_argv: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -113,11 +114,24 @@ class Lab:
             password = secrets.token_hex(16)     # reachable beyond loopback: require a password
             argv += ["--requirepass", password]
             auth = f":{password}@"
-        proc = self._spawn("redis", argv)
         url = f"redis://{auth}127.0.0.1:{port}/0"
-        wait_for(lambda: redis_ping(url) or _died(proc), 20, f"redis-server on port {port}")
+        self._redis_argv = argv
+        self._spawn_redis(url)
         self.broker_url = url
         return url
+
+    def _spawn_redis(self, url: str) -> Proc:
+        proc = self._spawn("redis", self._redis_argv)
+        wait_for(lambda: redis_ping(url) or _died(proc), 20, f"redis-server ({url.rsplit('@', 1)[-1]})")
+        return proc
+
+    def restart_redis(self, sig: int = signal.SIGKILL) -> None:
+        """Stop redis-server (SIGKILL: a crash) and start it again on the same port and data directory;
+        what it had appended to its AOF comes back."""
+        assert self.broker_url
+        proc = next(p for p in self.procs if p.name == "redis")
+        self.stop_proc(proc, sig)
+        self._spawn_redis(self.broker_url)
 
     # --- daemons ----------------------------------------------------------------------
 

@@ -118,3 +118,34 @@ def test_redelivered_start_runs_fio_once(fresh_lab: LabHandle) -> None:
     assert log.count(f"attempt {attempt} already known; start ignored (redelivery)") == 2, log
     assert (attempt_dir / "rc").read_text().strip() == "0"
     assert [p.name for p in attempt_dir.parent.iterdir() if p.name.startswith(attempt)] == [attempt]
+
+
+def test_redis_crash_loses_no_queued_submission(fresh_lab: LabHandle) -> None:
+    """A submission waits in the broker while the controller is down; redis-server is killed (SIGKILL)
+    and restarted from its append-only file; the controller comes back and runs it."""
+    from labcontract.suite import parse_suite
+    from orchestrator.client import ControllerClient
+    from orchestrator.store.models import Run
+
+    lab = fresh_lab
+    lab.lab.stop_proc(lab.controller, signal.SIGKILL)
+    suite = parse_suite(one_workload(1, "after-crash"), "crash.yaml")
+    run_id, reply = ControllerClient(lab.redis(), timeout_s=0.5).submit(suite, lab.host, ["dut0"])
+    assert reply is None                                  # nobody answered: it waits in the broker
+
+    aof = lab.lab.root / "redis"
+
+    def persisted() -> bool:                              # appendfsync everysec: on disk within ~1 s
+        return any(run_id.encode() in f.read_bytes() for f in aof.rglob("*") if f.is_file())
+    wait_for(persisted, 10, "the submission to reach redis's append-only file")
+    lab.lab.restart_redis(signal.SIGKILL)
+    lab.restart_controller()
+
+    def queued() -> bool:
+        lab.check_alive()
+        with lab.sessions() as s:
+            return s.get(Run, run_id) is not None
+    wait_for(queued, 60, "the restarted controller to take the submission from the restored stream")
+    d = lab.wait_run(run_id, timeout=90)
+    assert d.run.state == "SUCCEEDED", d.run.reason
+    assert len(d.steps[0].attempts) == 1 and d.results[d.steps[0].id].iops > 0
