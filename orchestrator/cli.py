@@ -204,19 +204,7 @@ def submit(
 @fails_cleanly
 def cancel(run: str, reason: Annotated[str, typer.Option()] = "cancelled by user") -> None:
     """Cancel a queued or running run."""
-    from labcontract.errors import LabError as _LabError
-    from labcontract.transport import redis_client
-    from orchestrator.client import ControllerClient
-    from orchestrator.queries import resolve_run_id
-
-    with _sessions()() as s:
-        rid = resolve_run_id(s, run)
-    reply = ControllerClient(redis_client(State.config.broker_url)).cancel(rid, reason)
-    if reply is None:
-        raise _LabError("the controller did not answer; is it running?")
-    if not reply.ok:
-        raise _LabError("; ".join(reply.errors))
-    print(f"{rid} cancelled")
+    _run_command(run, "cancelled", lambda client, rid: client.cancel(rid, reason))
 
 
 @app.command()
@@ -238,31 +226,30 @@ def watch(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'la
 @fails_cleanly
 def pause(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
     """Pause a run: its running step finishes, no new step starts; it keeps its devices."""
-    _pause_or_resume(run, resume=False)
+    _run_command(run, "paused", lambda client, rid: client.pause(rid))
 
 
 @app.command()
 @fails_cleanly
 def resume(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
     """Resume a paused run."""
-    _pause_or_resume(run, resume=True)
+    _run_command(run, "resumed", lambda client, rid: client.resume(rid))
 
 
-def _pause_or_resume(run: str, *, resume: bool) -> None:
-    from labcontract.errors import LabError as _LabError
+def _run_command(run: str, done: str, send: Callable[[Any, str], Any]) -> None:
+    """Resolve a run reference, send one command to the controller, fail with its answer if refused."""
     from labcontract.transport import redis_client
     from orchestrator.client import ControllerClient
     from orchestrator.queries import resolve_run_id
 
     with _sessions()() as s:
         rid = resolve_run_id(s, run)
-    client = ControllerClient(redis_client(State.config.broker_url))
-    reply = client.resume(rid) if resume else client.pause(rid)
+    reply = send(ControllerClient(redis_client(State.config.broker_url)), rid)
     if reply is None:
-        raise _LabError("the controller did not answer; is it running?")
+        raise LabError("the controller did not answer; is it running?")
     if not reply.ok:
-        raise _LabError("; ".join(reply.errors))
-    print(f"{rid} {'resumed' if resume else 'paused'}")
+        raise LabError("; ".join(reply.errors))
+    print(f"{rid} {done}")
 
 
 @app.command()
