@@ -18,19 +18,15 @@ from sqlalchemy.orm import Session
 from labcontract.fiojob import render_job
 from labcontract.fioresult import StepMetrics
 from labcontract.steady import SteadyCriteria, detect
-from labcontract.suite import Precondition, Workload, parse_suite
+from labcontract.suite import Precondition, Workload, parse_suite, with_overrides
 from orchestrator.planner import round_workload
 from orchestrator.states import StepState
 from orchestrator.store.models import PreconditionRecord, Run, Step
 
 
-def precondition_of(run: Run) -> Precondition:
-    pc = parse_suite(run.suite_text, run.suite_source).phases.precondition
-    if pc is None:  # pragma: no cover - a precondition step only exists when the suite has one
-        raise ValueError(f"run {run.id}: suite has no precondition phase")
-    if run.scale is not None:
-        pc = pc.model_copy(update={"round": max(1, round(pc.round * run.scale))})
-    return pc
+def precondition_of(run: Run) -> Precondition | None:
+    """The run's precondition phase as planned: the suite's, with the run's --scale applied."""
+    return with_overrides(parse_suite(run.suite_text, run.suite_source), scale=run.scale).phases.precondition
 
 
 def record(s: Session, run: Run, step: Step) -> PreconditionRecord:
@@ -38,6 +34,8 @@ def record(s: Session, run: Run, step: Step) -> PreconditionRecord:
                                                     PreconditionRecord.seq == step.seq))
     if rec is None:
         pc = precondition_of(run)
+        if pc is None:  # pragma: no cover - a precondition step only exists when the suite has one
+            raise ValueError(f"run {run.id}: suite has no precondition phase")
         rec = PreconditionRecord(run_id=run.id, seq=step.seq, name=step.name.rsplit(".round", 1)[0],
                                  criteria=pc.model_dump(mode="json"), rounds=[], verdict="")
         s.add(rec)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from labcontract.errors import StoreError
@@ -59,6 +59,3 @@ def run_detail(s: Session, ref: str) -> RunDetail:
 def list_hosts(s: Session) -> list[Host]:
     return list(s.scalars(select(Host).options(selectinload(Host.devices)).order_by(Host.name)))
 
-
-def count_runs(s: Session) -> int:
-    return int(s.scalar(select(func.count()).select_from(Run)) or 0)

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from labcontract.suite import Precondition, Workload, parse_suite
+from labcontract.suite import Precondition, Workload
+from orchestrator.preconditioning import precondition_of
 from orchestrator.states import ACTIVE_STEP, RunState, StepState
 from orchestrator.store.models import Host, Run, Step
 
@@ -37,12 +38,9 @@ def devices_of(run: Run) -> set[Key]:
 
 def _precondition(run: Run) -> Precondition | None:
     try:
-        pc = parse_suite(run.suite_text, run.suite_source).phases.precondition
+        return precondition_of(run)
     except Exception:  # a stored suite always parsed once; never let an estimate break scheduling
         return None
-    if pc is not None and run.scale is not None:
-        pc = pc.model_copy(update={"round": max(1, round(pc.round * run.scale))})
-    return pc
 
 
 def step_seconds(step: Step, pc: Precondition | None, *, upper: bool) -> float:
