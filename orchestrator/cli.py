@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from labcontract.errors import LabError
+from orchestrator.cli_common import State, fail, fails_cleanly, out
+from orchestrator.cli_common import sessions_or_fail as _sessions
+from orchestrator.cli_hosts import hosts_app
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
 
 app = typer.Typer(help="Storage test-lab orchestrator: suites -> runs on lab hosts -> results.",
@@ -22,33 +23,7 @@ suite_app = typer.Typer(help="Check and expand suite files.", no_args_is_help=Tr
 run_app = typer.Typer(help="Inspect one run.", no_args_is_help=True)
 app.add_typer(suite_app, name="suite")
 app.add_typer(run_app, name="run")
-
-out = Console(width=None if sys.stdout.isatty() else 200)
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def fail(message: str) -> None:
-    """Errors go to stderr unwrapped: first line the reason, then one line per problem."""
-    print(f"error: {message}", file=sys.stderr)
-
-
-class State:
-    config: LabConfig = LabConfig()
-
-
-def fails_cleanly(fn: F) -> F:
-    """Any LabError ends the command with exit 1 and its reason (every problem, for input)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except LabError as e:
-            fail(str(e))
-            raise typer.Exit(1) from None
-
-    return wrapper  # type: ignore[return-value]
-
+app.add_typer(hosts_app, name="hosts")
 
 @app.callback()
 def main_options(
@@ -60,15 +35,6 @@ def main_options(
                                               help="Results store URL (default: SQLite in the lab dir).")] = None,
 ) -> None:
     State.config = LabConfig(lab_dir=lab_dir, broker_url=broker, store_url=store)
-
-
-def _sessions(required: bool = True) -> Any:
-    from orchestrator.store.db import make_engine, require_schema, sessions
-
-    engine = make_engine(State.config.db_url)
-    if required:
-        require_schema(engine)
-    return sessions(engine)
 
 
 # --- suites -----------------------------------------------------------------------------------
@@ -466,27 +432,6 @@ def analyze_steady_state(
                                                  max_excursion_pct=max_excursion_pct))
     print(line)
     print(verdict.reason, file=sys.stderr)
-
-
-@app.command()
-@fails_cleanly
-def hosts() -> None:
-    """Registered hosts, their state and declared DUTs."""
-    import time
-
-    from orchestrator.queries import list_hosts
-
-    table = Table("host", "state", "last heartbeat", "CPU", "mem GiB", "OS", "fio", "DUTs")
-    with _sessions()() as s:
-        for h in list_hosts(s):
-            age = time.time() - (h.last_seen or 0)
-            f = h.facts
-            duts = ", ".join(f"{d.name}={d.path}" for d in h.devices if d.declared)
-            table.add_row(h.name, "up" if age <= ControllerTuning().heartbeat_timeout_s else "DOWN",
-                          f"{age:.0f}s ago", f"{f.get('cpu_model')} ({f.get('cpu_cores')}c)",
-                          f"{(f.get('memory_bytes') or 0) / 2**30:.1f}", str(f.get("os")),
-                          str(f.get("fio_version")), duts)
-    out.print(table)
 
 
 # --- daemons ------------------------------------------------------------------------------------
