@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from agents import health
 from agents.live import LiveReader
 from agents.runner import Attempt, FioRunner
 from labcontract import __version__
@@ -27,6 +28,7 @@ from labcontract.protocol import (
     EVENTS_STREAM,
     CancelStep,
     Event,
+    HealthCheck,
     Heartbeat,
     Register,
     ReportStep,
@@ -56,6 +58,8 @@ class AgentConfig:
     poll_s: float = 0.2
     fio_binary: str = "fio"
     live_s: float = 1.0              # live status (exporter, lab:live:<host>) refreshed this often
+    health_every: int = 1            # health checks ride on every Nth heartbeat (0: none)
+    smart_every: int = 20            # ... and SMART / NVMe smart-log on every Nth heartbeat
 
 
 class EventPublisher:
@@ -105,6 +109,8 @@ class Agent:
     _last_live: float = float("-inf")
     _live_published: bool = True                 # so that a stale key of an earlier life is removed
     _live_reader: LiveReader = field(default_factory=LiveReader)
+    _smart: tuple[HealthCheck, ...] = ()         # the last SMART results, sent with the next heartbeat
+    _smart_thread: threading.Thread | None = None
 
     @property
     def host(self) -> str:
@@ -139,9 +145,24 @@ class Agent:
         """An error or refusal was logged (``lab_agent_last_error_timestamp_seconds``)."""
         self.last_error_at = time.time()
 
-    def _register_event(self, running: tuple[str, ...]) -> Register:
+    def _register_event(self, running: tuple[str, ...], checks: tuple[HealthCheck, ...] = ()) -> Register:
         return Register(host=self.host, agent_version=__version__, facts=self.facts, duts=self.config.duts,
-                        running=running)
+                        running=running, health=checks)
+
+    def health_checks(self) -> tuple[HealthCheck, ...]:
+        every = self.config.health_every
+        if every <= 0 or self._beats % every:
+            return ()
+        smart_due = self.config.smart_every > 0 and self._beats % self.config.smart_every == 1 % self.config.smart_every
+        if smart_due and (self._smart_thread is None or not self._smart_thread.is_alive()):
+            # smartctl / nvme may hang on a failing device: never in the heartbeat's way
+            self._smart_thread = threading.Thread(target=self._refresh_smart, name="smart", daemon=True)
+            self._smart_thread.start()
+        smart, self._smart = self._smart, ()
+        return health.run_checks(self.host, self.config.state_dir, self.config.fio_binary, self.config.duts) + smart
+
+    def _refresh_smart(self) -> None:
+        self._smart = tuple(c for d in self.config.duts if (c := health.smart_check(d)) is not None)
 
     def stop(self) -> None:
         self._stop.set()
@@ -170,10 +191,11 @@ class Agent:
             self._beats += 1
             with self._lock:
                 running = tuple(a.attempt_id for a in self.runner.pending())
+            checks = self.health_checks()
             if self._beats % self.config.reregister_every == 0:
-                self.publish(self._register_event(running))
+                self.publish(self._register_event(running, checks))
             else:
-                self.publish(Heartbeat(host=self.host, running=running))
+                self.publish(Heartbeat(host=self.host, running=running, health=checks))
             self._last_heartbeat = now
             self.last_heartbeat_at = time.time()
 
@@ -203,7 +225,7 @@ class Agent:
                         self.note_error()
                         self._log(attempt).warning("attempt %s passed its timeout; stopping fio",
                                                    attempt.attempt_id)
-                        self.runner.stop(attempt, "step timeout reached; fio stopped by the agent")
+                        self.runner.stop(attempt, "step timeout reached; fio stopped by the agent", timeout=True)
                         if not self.runner.running(attempt):
                             continue          # its end is reported at the next pass, as before
                     running.append(attempt)

@@ -198,8 +198,10 @@ class FioRunner:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, sig)
 
-    def stop(self, attempt: Attempt, reason: str) -> None:
-        """Stop fio (SIGTERM, then SIGKILL after a grace period) and mark why."""
+    def stop(self, attempt: Attempt, reason: str, *, timeout: bool = False) -> None:
+        """Stop fio (SIGTERM, then SIGKILL after a grace period) and mark why (a timeout, or a cancel)."""
+        if timeout:
+            attempt.file("timeout").write_text(reason + "\n")
         attempt.file("cancelled").write_text(reason + "\n")
         self.signal(attempt, signal.SIGTERM)
         deadline = time.monotonic() + KILL_GRACE_S
@@ -224,7 +226,9 @@ class FioRunner:
         launched = st.get("launched_at")
         ended = attempt.file("rc").stat().st_mtime if attempt.file("rc").exists() else None
         cancelled = attempt.file("cancelled")
-        if cancelled.exists():
+        if attempt.file("timeout").exists():
+            outcome, reason = "timeout", attempt.file("timeout").read_text().strip()
+        elif cancelled.exists():
             outcome, reason = "cancelled", cancelled.read_text().strip()
         elif rc is None:
             outcome, reason = "error", "fio ended without recording an exit code (killed with its wrapper)"

@@ -27,7 +27,8 @@ from labcontract.errors import ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.suite import Workload
 
-PROTOCOL_VERSION = 2   # 2: StartStep carries an action and a device list (device groups, purge)
+PROTOCOL_VERSION = 3   # 2: StartStep carries an action and a device list (device groups, purge)
+                       # 3: heartbeats carry health checks; an attempt can end in "timeout"; Release
 
 TASK_START = "lab.agent.start_step"
 TASK_CANCEL = "lab.agent.cancel_step"
@@ -110,17 +111,31 @@ class Event(Message):
     sent_at: float = Field(default_factory=now)
 
 
+class HealthCheck(BaseModel):
+    """One health check an agent ran: ``target`` is the host name (agent self-test) or a DUT path."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    check: Literal["agent", "present", "serial", "smart"]
+    target: str
+    ok: bool
+    detail: str = ""
+    observed: str | None = None            # e.g. the serial read back (the controller compares it)
+
+
 class Register(Event):
     type: Literal["register"] = "register"
     agent_version: str
     facts: HostFacts
     duts: tuple[DeclaredDut, ...]
     running: tuple[str, ...] = ()          # attempt ids it holds (running or unreported)
+    health: tuple[HealthCheck, ...] = ()
 
 
 class Heartbeat(Event):
     type: Literal["heartbeat"] = "heartbeat"
     running: tuple[str, ...] = ()
+    health: tuple[HealthCheck, ...] = ()   # empty: no checks ran with this beat
 
 
 class StepStarted(Event):
@@ -138,7 +153,7 @@ class StepEnded(Event):
 
     type: Literal["step_ended"] = "step_ended"
     attempt_id: str
-    outcome: Literal["exited", "refused", "cancelled", "error"]
+    outcome: Literal["exited", "refused", "cancelled", "timeout", "error"]
     reason: str = ""
     exit_code: int | None = None
     fio_started_at: float | None = None
@@ -239,7 +254,17 @@ class ScheduleRemove(Message):
     reply_to: str
 
 
-AnyCommand = Annotated[Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove, Field(discriminator="type")]
+class Release(Message):
+    """Return a quarantined host (``device`` None) or one of its DUTs to scheduling."""
+
+    type: Literal["release"] = "release"
+    host: str
+    device: str | None = None
+    reply_to: str
+
+
+AnyCommand = Annotated[Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release,
+                       Field(discriminator="type")]
 COMMAND = TypeAdapter(AnyCommand)
 
 

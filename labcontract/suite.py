@@ -10,6 +10,7 @@ A suite is YAML (the language is documented in docs/suites.md)::
     phases:
       purge: true                    # purge (secure erase / discard) before each precondition
       precondition: {numjobs: 16, iodepth: 16, round: 60s, max_rounds: 360}
+    retry: {max_attempts: 2, when: [lost, timeout], repurge: false}   # for steps that fail by no fault of theirs
     profiles:
       - name: 8k-7030
         rw: randrw
@@ -163,6 +164,23 @@ class Phases(BaseModel):
     precondition: Precondition | None = None
 
 
+RetryCause = Literal["lost", "timeout", "error"]
+
+
+class Retry(BaseModel):
+    """Retry policy for the suite's steps (all idempotent: purge, precondition rounds, measurements).
+
+    ``lost``: the host went silent mid-step (the orphaned fio is stopped first, never run twice);
+    ``timeout``: the step overran its deadline and was stopped; ``error``: fio exited non-zero.
+    A refused or cancelled step is never retried."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 2
+    when: tuple[RetryCause, ...] = ("lost", "timeout")
+    repurge: bool = False          # purge the devices again before retrying a precondition or measurement
+
+
 class SuiteDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -173,6 +191,7 @@ class SuiteDocument(BaseModel):
     cell_limit: Annotated[int, Field(ge=1)] = DEFAULT_CELL_LIMIT
     defaults: WorkloadOptions = WorkloadOptions()
     phases: Phases = Phases()
+    retry: Retry = Retry()
     profiles: Annotated[list[ProfileEntry], Field(min_length=1)]
 
     @field_validator("op_modes")
@@ -210,6 +229,7 @@ class Suite(BaseModel):
     cell_limit: int
     phases: Phases
     cells: tuple[Cell, ...]
+    retry: Retry = Retry()
     source: str
     source_text: str
 
@@ -447,7 +467,7 @@ def parse_suite(text: str, source: str) -> Suite:
         raise SuiteError(source, _dedupe(problems))
     return Suite(name=doc.suite, description=doc.description,
                  devices=None if doc.devices == "any" else doc.devices, op_modes=tuple(doc.op_modes),
-                 cell_limit=doc.cell_limit, phases=doc.phases, cells=tuple(cells), source=source,
+                 cell_limit=doc.cell_limit, phases=doc.phases, cells=tuple(cells), retry=doc.retry, source=source,
                  source_text=text)
 
 

@@ -19,6 +19,7 @@ from labcontract.protocol import (
     Cancel,
     Message,
     Pause,
+    Release,
     Reply,
     Resume,
     ScheduleAdd,
@@ -97,6 +98,10 @@ class ControllerClient:
     def resume(self, run_id: str) -> Reply | None:
         reply_to = REPLY_PREFIX + uuid.uuid4().hex
         return self._call(Resume(run_id=run_id, reply_to=reply_to), reply_to)
+
+    def release(self, host: str, device: str | None) -> Reply | None:
+        reply_to = REPLY_PREFIX + uuid.uuid4().hex
+        return self._call(Release(host=host, device=device, reply_to=reply_to), reply_to)
 
     def cancel(self, run_id: str, reason: str) -> Reply | None:
         reply_to = REPLY_PREFIX + uuid.uuid4().hex

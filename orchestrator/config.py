@@ -38,3 +38,7 @@ class ControllerTuning:
     step_timeout_margin_s: int = 120      # added to runtime+ramp for the agent's hard stop
     purge_timeout_s: int = 3600           # a purge (discard of a whole device) may take long
     block_ms: int = 100                   # longest wait on the streams per loop pass
+    lost_give_up_s: float = 1800.0        # a LOST step whose host stays away this long fails (no retry)
+    timeout_grace_s: float = 30.0         # past the agent's deadline by this much, the controller stops it
+    ask_again_s: float = 15.0             # re-send an unanswered stop/report this often
+    quarantine_after: int = 3             # failed health checks in a row that quarantine a host or DUT

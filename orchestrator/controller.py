@@ -23,7 +23,7 @@ from typing import Any
 import redis
 from croniter import croniter
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from labcontract.errors import FioError, LabError, Problem, ProtocolError, SubmissionError, SuiteError
 from labcontract.fiojob import device_section
@@ -40,6 +40,7 @@ from labcontract.protocol import (
     Heartbeat,
     Pause,
     Register,
+    Release,
     Reply,
     ReportStep,
     Resume,
@@ -53,14 +54,14 @@ from labcontract.protocol import (
     check_version,
     decode_event,
 )
-from labcontract.suite import Suite, Workload, parse_suite
-from orchestrator import preconditioning
+from labcontract.suite import RetryCause, Suite, Workload, parse_suite
+from orchestrator import health, preconditioning, retries
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.dispatch import Dispatcher
 from orchestrator.notify import Notifier, payload
 from orchestrator.planner import plan
-from orchestrator.scheduling import decide
+from orchestrator.scheduling import StepSummary, decide, devices_of
 from orchestrator.states import (
     ACTIVE_STEP,
     TERMINAL_RUN,
@@ -132,6 +133,7 @@ class Controller:
         self.clock = clock
         self.notifier = notifier
         self._stopping = False
+        self._asked: dict[str, float] = {}           # attempt id -> last stop/report request (throttle)
         self.last_pass_at: float | None = None     # time.time() of the last completed loop pass (/health)
 
     # --- loop --------------------------------------------------------------------------------
@@ -206,6 +208,8 @@ class Controller:
                 host = s.get(Host, ev.host)
                 if host is not None:
                     host.last_seen = self.clock()
+                    if ev.health:
+                        health.apply(host, ev.health, self.clock(), self.tuning.quarantine_after)
             elif isinstance(ev, StepStarted):
                 self._on_started(s, ev)
             elif isinstance(ev, StepEnded):
@@ -231,8 +235,11 @@ class Controller:
             if dev.name not in existing:
                 host.devices.append(dev)
             dev.path, dev.kind, dev.size_bytes = dut.path, dut.kind, dut.size_bytes
-            dev.model, dev.serial, dev.firmware, dev.by_id = dut.model, dut.serial, dut.firmware, dut.by_id
+            dev.model, dev.firmware, dev.by_id = dut.model, dut.firmware, dut.by_id
+            dev.serial = dev.serial or dut.serial     # the identity registered first; a change is a health failure
             dev.declared = True
+        if ev.health:
+            health.apply(host, ev.health, now, self.tuning.quarantine_after)
         log.info("host registered: %s (agent %s, %d DUT(s))", ev.host, ev.agent_version, len(ev.duts),
                  extra={"host": ev.host})
         # Ask where every attempt we think is on this host stands: re-adoption and ends
@@ -268,9 +275,44 @@ class Controller:
         if target in TERMINAL_STEP:
             att.ended_at = step.ended_at = self.clock()
 
+    def _end(self, att: Attempt, reason: str, *, cause: RetryCause | None) -> None:
+        """A failed attempt: its step goes back to PENDING for another attempt when the suite's retry
+        policy covers ``cause`` and attempts remain (after a re-purge if the suite asks), else fails."""
+        step, run = att.step, att.step.run
+        if run.state in TERMINAL_RUN or run.reason.startswith("cancel") or not retries.should_retry(run, att, cause):
+            self._move(att, StepState.FAILED, reason)
+            return
+        check_step("attempt", att.id, att.state, StepState.FAILED)
+        att.state, att.reason, att.ended_at = str(StepState.FAILED), reason, self.clock()
+        step.state = str(check_step("step", step.id, step.state, StepState.PENDING))
+        limit = retries.policy_of(run).max_attempts
+        step.reason = f"retrying ({cause}): attempt {att.number} of {limit} failed: {reason}"
+        purge = retries.repurge_step(run, step)
+        if purge is not None:
+            run.steps.append(purge)
+        log.warning("attempt %s failed (%s); step retried%s: %s", att.id, cause,
+                    " after a re-purge" if purge is not None else "", reason, extra=self._ctx(att))
+
+    def _stop_orphan(self, att: Attempt) -> None:
+        """Stop the fio of an attempt that is LOST (or already ended in the store) on the host that came
+        back; a LOST attempt then ends through the normal path and its step is retried per policy."""
+        if att.state == StepState.LOST:
+            att.stop_cause = "orphan"
+        reason = (f"orphan of attempt {att.id} (host {att.host} was lost at "
+                  f"{time.strftime('%H:%M:%S', time.localtime(att.lost_at or self.clock()))}); stopped so the "
+                  "step is never run twice")
+        log.warning("stopping orphaned fio of attempt %s", att.id, extra=self._ctx(att))
+        self.dispatcher.cancel(att.host, CancelStep(attempt_id=att.id, reason=reason))
+        self.dispatcher.report(att.host, ReportStep(attempt_id=att.id))
+        self._asked[att.id] = self.clock()
+
     def _on_started(self, s: Session, ev: StepStarted) -> None:
         att = self._attempt(s, ev.attempt_id)
-        if att is None or att.state in TERMINAL_STEP or att.state == StepState.RUNNING:
+        if att is None or att.state == StepState.RUNNING:
+            return
+        if att.state in TERMINAL_STEP or att.state == StepState.LOST:
+            # fio of an attempt the controller lost or ended still runs on the host: an orphan
+            self._stop_orphan(att)
             return
         att.pid, att.fio_started_at = ev.pid, ev.fio_started_at
         att.started_at = att.started_at or self.clock()
@@ -284,8 +326,8 @@ class Controller:
             return
         if att.state == StepState.DISPATCHED:
             return  # the start may still be on its way; watch() re-sends it when overdue
-        self._move(att, StepState.FAILED, "the agent has no record of this attempt (state lost)")
         log.error("attempt %s failed: agent has no record of it", att.id, extra=self._ctx(att))
+        self._end(att, "the agent has no record of this attempt (state lost)", cause="lost")
         self._finish_run_if_done(att.step.run)
 
     def _on_ended(self, s: Session, ev: StepEnded) -> None:
@@ -307,29 +349,35 @@ class Controller:
             s.add(Artifact(attempt_id=att.id, name=art.name, sha256=sha, size=len(data), path=rel))
             stored[art.name] = data
         run = att.step.run
+        lost = " (finished while its host was unreachable; output collected on its return)" \
+            if att.state == StepState.LOST else ""
         if corrupt:
-            self._move(att, StepState.FAILED, f"artifact(s) {', '.join(corrupt)} arrived corrupted "
-                                              "(content does not match its sha256)")
+            self._end(att, f"artifact(s) {', '.join(corrupt)} arrived corrupted (content does not match its "
+                           "sha256)", cause="error")
         elif ev.outcome == "refused":
             self._move(att, StepState.FAILED, f"refused by agent: {ev.reason}")
             self._abandon_rest(run, f"not run: an earlier step was refused ({ev.reason})")
+        elif ev.outcome == "timeout" or (ev.outcome == "cancelled" and att.stop_cause == "timeout"):
+            self._end(att, f"timeout: {ev.reason}" if ev.outcome == "timeout" else ev.reason, cause="timeout")
+        elif ev.outcome == "cancelled" and att.stop_cause == "orphan":
+            self._end(att, "host lost mid-step; the orphaned fio was stopped when the host returned", cause="lost")
         elif ev.outcome == "cancelled":
             self._move(att, StepState.CANCELLED, ev.reason or "cancelled")
         elif ev.outcome == "error" or ev.exit_code != 0:
             tail = stored.get("fio.stderr", b"").decode(errors="replace").strip().splitlines()[-3:]
             why = ev.reason or f"fio exited with code {ev.exit_code}"
-            self._move(att, StepState.FAILED, why + (": " + " | ".join(tail) if tail else ""))
+            self._end(att, why + (": " + " | ".join(tail) if tail else ""), cause="error")
         elif att.step.kind == "purge":
-            self._move(att, StepState.SUCCEEDED)
+            self._move(att, StepState.SUCCEEDED, lost.strip(" ()"))
         else:
             try:
                 self._store_measurement(s, att, stored.get("fio.json", b""))
             except FioError as e:
-                self._move(att, StepState.FAILED, str(e))
+                self._end(att, str(e), cause="error")
             else:
-                self._move(att, StepState.SUCCEEDED)
+                self._move(att, StepState.SUCCEEDED, lost.strip(" ()"))
         step = att.step
-        if step.kind == "precondition" and att.state == StepState.FAILED:
+        if step.kind == "precondition" and step.state == StepState.FAILED:
             preconditioning.fail_group(s, run, step, att.reason, self.clock())
         log.info("step ended: %s %s", att.state, att.reason, extra=self._ctx(att))
         self._finish_run_if_done(run)
@@ -433,6 +481,8 @@ class Controller:
             reply = self.cancel(cmd)
         elif isinstance(cmd, ScheduleAdd | ScheduleRemove):
             reply = self.schedules(cmd)
+        elif isinstance(cmd, Release):
+            reply = self.release(cmd)
         else:
             reply = self.pause_or_resume(cmd)
         self.redis.lpush(cmd.reply_to, reply.model_dump_json())
@@ -523,6 +573,20 @@ class Controller:
             log.info("schedule %s added: %s", cmd.name, cmd.cron)
             return Reply(ok=True)
 
+    def release(self, cmd: Release) -> Reply:
+        with self.sessions.begin() as s:
+            host = s.get(Host, cmd.host)
+            if host is None:
+                return Reply(ok=False, errors=(f"unknown host {cmd.host!r}",))
+            if cmd.device is not None and health.device_of(host, cmd.device) is None:
+                return Reply(ok=False, errors=(f"{cmd.device!r} is not a device of host {cmd.host}",))
+            released = health.release(host, cmd.device)
+            if not released:
+                return Reply(ok=False, errors=(f"nothing of {cmd.host}{':' + cmd.device if cmd.device else ''} "
+                                               "is quarantined",))
+            log.info("released from quarantine: %s", ", ".join(released), extra={"host": host.name})
+            return Reply(ok=True)
+
     def fire_schedules(self) -> None:
         """Queue a run for every schedule that is due; once per due time, however long the controller was away."""
         now = self.clock()
@@ -591,11 +655,26 @@ class Controller:
             for run in runs:
                 if run.state == RunState.QUEUED and run.expires_at is not None and now >= run.expires_at:
                     self._expire(run)
-            hosts = {h.name: h for h in s.scalars(select(Host))}
-            decision = decide([r for r in runs if r.state not in TERMINAL_RUN], hosts, now, self.host_up)
+            hosts = {h.name: h for h in s.scalars(select(Host).options(selectinload(Host.devices)))}
+            summary = StepSummary.of(s, [r.id for r in runs])
+            for run in runs:
+                self._stop_if_quarantined(run, hosts, summary)
+            live = [r for r in runs if r.state not in TERMINAL_RUN]
+            decision = decide(live, hosts, now, self.host_up, summary)
             to_send = [self._new_attempt(s, run, step) for run, step in decision.dispatch]
         for msg in to_send:       # after the commit: a crash here is healed by watch()
             self.dispatcher.start(msg)
+
+    def _stop_if_quarantined(self, run: Run, hosts: dict[str, Host], summary: StepSummary) -> None:
+        """A started run whose host or DUT went into quarantine ends (failed, with the reason) once its
+        running step is over; a queued one waits for a release (see scheduling)."""
+        if run.state not in (RunState.RUNNING, RunState.PAUSED) or run.id in summary.busy:
+            return
+        why = health.unavailable(hosts.get(run.host), [k[1] for k in devices_of(run)])
+        if why is None:
+            return
+        self._abandon_rest(run, f"not run: {why}")
+        self._finish_run_if_done(run)
 
     def _expire(self, run: Run) -> None:
         reason = "expired: not started before " + time.strftime("%Y-%m-%d %H:%M", time.localtime(run.expires_at))
@@ -642,8 +721,14 @@ class Controller:
                 up = self.host_up(hosts.get(att.host))
                 if att.state == StepState.RUNNING and not up:
                     self._move(att, StepState.LOST, f"host {att.host} stopped heartbeating")
+                    att.lost_at = now
                     log.warning("step LOST: host silent for more than %.0fs", self.tuning.heartbeat_timeout_s,
                                 extra=self._ctx(att))
+                elif att.state == StepState.LOST:
+                    if self._lost_too_long(att, up, now):
+                        touched.add(att.step.run_id)
+                elif att.state == StepState.RUNNING and self._overdue(att, now):
+                    self._stop_overdue(att, now)
                 elif (att.state == StepState.DISPATCHED and up and att.dispatched_at is not None
                       and now - att.dispatched_at > self.tuning.dispatch_expires_s + 5):
                     if att.dispatch_count >= self.tuning.dispatch_retries:
@@ -662,6 +747,36 @@ class Controller:
             log.warning("re-sending start of attempt %s", msg.attempt_id,
                         extra={"run": msg.run_id, "host": msg.host})
             self.dispatcher.start(msg)
+
+    def _lost_too_long(self, att: Attempt, up: bool, now: float) -> bool:
+        """A LOST attempt whose host is back: stop the orphan (and ask for its end). One whose host stays
+        away past ``lost_give_up_s``: the step fails and the run ends (no retry: an orphan may still run
+        there; it is stopped if the host ever returns). True when the run may have ended."""
+        if up:
+            if now - self._asked.get(att.id, 0.0) >= self.tuning.ask_again_s:
+                self._stop_orphan(att)
+            return False
+        if att.lost_at is None or now - att.lost_at < self.tuning.lost_give_up_s:
+            return False
+        reason = f"host {att.host} silent for {now - att.lost_at:.0f}s after the step was lost; gave up"
+        self._move(att, StepState.FAILED, reason)
+        self._abandon_rest(att.step.run, f"not run: {reason}")
+        log.error("step failed: %s", reason, extra=self._ctx(att))
+        return True
+
+    def _overdue(self, att: Attempt, now: float) -> bool:
+        """Past the agent's own deadline and a grace: the agent did not stop it, the controller does."""
+        began = att.fio_started_at or att.started_at or att.dispatched_at
+        return began is not None and now > began + att.timeout_s + self.tuning.timeout_grace_s
+
+    def _stop_overdue(self, att: Attempt, now: float) -> None:
+        if att.stop_cause == "timeout" and now - self._asked.get(att.id, 0.0) < self.tuning.ask_again_s:
+            return
+        att.stop_cause = "timeout"
+        reason = f"ran past its deadline of {att.timeout_s}s; stopped by the controller"
+        log.warning("attempt %s %s", att.id, reason, extra=self._ctx(att))
+        self.dispatcher.cancel(att.host, CancelStep(attempt_id=att.id, reason=reason))
+        self._asked[att.id] = now
 
     def reconcile(self) -> None:
         """At start: ask agents where every active attempt stands."""

@@ -9,6 +9,7 @@ tracked value, and returns the next round's step (PENDING) or None when the grou
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -18,15 +19,25 @@ from sqlalchemy.orm import Session
 from labcontract.fiojob import render_job
 from labcontract.fioresult import StepMetrics
 from labcontract.steady import SteadyCriteria, detect
-from labcontract.suite import Precondition, Workload, parse_suite, with_overrides
+from labcontract.suite import Precondition, Suite, Workload, parse_suite, with_overrides
 from orchestrator.planner import round_workload
 from orchestrator.states import StepState
 from orchestrator.store.models import PreconditionRecord, Run, Step
 
 
+@functools.lru_cache(maxsize=512)
+def parsed_suite(text: str, source: str) -> Suite:
+    """A stored run's suite (it parsed once at submission); cached: the scheduler asks every pass."""
+    return parse_suite(text, source)
+
+
+def suite_of(run: Run) -> Suite:
+    return parsed_suite(run.suite_text, run.suite_source)
+
+
 def precondition_of(run: Run) -> Precondition | None:
     """The run's precondition phase as planned: the suite's, with the run's --scale applied."""
-    return with_overrides(parse_suite(run.suite_text, run.suite_source), scale=run.scale).phases.precondition
+    return with_overrides(suite_of(run), scale=run.scale).phases.precondition
 
 
 def record(s: Session, run: Run, step: Step) -> PreconditionRecord:

@@ -7,6 +7,7 @@ Rules, in order:
 2. Waiting runs are considered by priority (high first), then submission time. One that may not start
    yet (``not_before``), whose host is down, or whose devices are held, waits, and reserves its devices
    against lower-priority runs, so it cannot starve.
+   A run whose host or a DUT is quarantined waits (it reserves nothing) until ``labctl hosts release``.
 3. Backfill: a lower-priority run may still use devices reserved by a waiting run when it is expected
    to finish before that run could start (the holders' expected remaining time), so it delays nobody.
 4. A run starts only when every device it names is free: all at once, never piecemeal.
@@ -18,12 +19,38 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
 from labcontract.suite import Precondition, Workload
+from orchestrator.health import unavailable
 from orchestrator.preconditioning import precondition_of
 from orchestrator.states import ACTIVE_STEP, RunState, StepState
 from orchestrator.store.models import Host, Run, Step
 
 Key = tuple[str, str]          # (host, device path)
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """What the scheduler needs of the steps of many runs, from two queries instead of loading every
+    step of every run on each pass: the runs with a step in flight, and each run's next PENDING step."""
+
+    busy: frozenset[str]
+    next: dict[str, Step]
+
+    @classmethod
+    def of(cls, s: Session, run_ids: list[str]) -> StepSummary:
+        if not run_ids:
+            return cls(frozenset(), {})
+        busy = frozenset(s.scalars(select(Step.run_id).where(
+            Step.run_id.in_(run_ids), Step.state.in_([str(x) for x in ACTIVE_STEP])).distinct()))
+        rank = func.row_number().over(partition_by=Step.run_id, order_by=(Step.seq, Step.round)).label("rank")
+        pending = (select(Step.id, rank).where(Step.run_id.in_(run_ids), Step.state == StepState.PENDING)
+                   .subquery())
+        ids = list(s.scalars(select(pending.c.id).where(pending.c.rank == 1)))
+        steps = s.scalars(select(Step).where(Step.id.in_(ids))).all() if ids else []
+        return cls(busy, {st.run_id: st for st in steps})
 
 
 @dataclass
@@ -68,8 +95,17 @@ def remaining_seconds(run: Run, now: float, *, upper: bool) -> float:
     return total
 
 
-def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callable[[Host | None], bool]) -> Decision:
+def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callable[[Host | None], bool],
+           summary: StepSummary | None = None) -> Decision:
+    """``summary``: the runs' steps in brief (:meth:`StepSummary.of`); without it, each run's steps are read."""
     d = Decision()
+
+    def busy(run: Run) -> bool:
+        return run.id in summary.busy if summary else any(st.state in ACTIVE_STEP for st in run.steps)
+
+    def upcoming(run: Run) -> Step | None:
+        return summary.next.get(run.id) if summary else next_pending(run)
+
     held: dict[Key, Run] = {}
     started = [r for r in runs if r.state in (RunState.RUNNING, RunState.PAUSED)]
     waiting = sorted((r for r in runs if r.state == RunState.QUEUED), key=lambda r: (-r.priority, r.submitted_at))
@@ -79,11 +115,11 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
     for run in started:
         if run.state == RunState.PAUSED:
             d.waits[run.id] = "paused (holds its devices)"
-        elif not any(st.state in ACTIVE_STEP for st in run.steps):
+        elif not busy(run):
             if not host_up(hosts.get(run.host)):
                 d.waits[run.id] = f"host {run.host} is down"
             else:
-                nxt = next_pending(run)
+                nxt = upcoming(run)
                 if nxt is not None:
                     d.dispatch.append((run, nxt))
     reserved: dict[Key, tuple[Run, float]] = {}       # key -> (waiting run, seconds until it could start)
@@ -96,13 +132,17 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
         if not host_up(hosts.get(run.host)):
             d.waits[run.id] = f"host {run.host} is down"
             continue
+        quarantined = unavailable(hosts.get(run.host), [k[1] for k in keys])
+        if quarantined is not None:
+            d.waits[run.id] = quarantined
+            continue
         if blockers:
             holders = [held[k] for k in keys if k in held]
             shadow = max(remaining_seconds(h, now, upper=False) for h in holders)
             for k in keys:
                 reserved.setdefault(k, (run, shadow))
-            busy = sorted(f"{k[1]}" for k in keys if k in held)
-            d.waits[run.id] = f"device(s) {', '.join(busy)} held by run(s) {', '.join(blockers)}"
+            taken = sorted(f"{k[1]}" for k in keys if k in held)
+            d.waits[run.id] = f"device(s) {', '.join(taken)} held by run(s) {', '.join(blockers)}"
             continue
         conflicts = [(k, reserved[k]) for k in keys if k in reserved]
         if conflicts:
@@ -113,7 +153,7 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
                 d.waits[run.id] = (f"device {k[1]} reserved for run {w.id} (priority {w.priority}); too long to "
                                    f"backfill (~{need:.0f}s)")
                 continue
-        nxt = next_pending(run)
+        nxt = upcoming(run)
         if nxt is None:
             continue
         for k in keys:
@@ -123,5 +163,6 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
 
 
 def next_pending(run: Run) -> Step | None:
+    """The plan's next step (a re-purge has a negative round: it goes before the step it precedes)."""
     return min((st for st in run.steps if st.state == StepState.PENDING), key=lambda st: (st.seq, st.round),
                default=None)

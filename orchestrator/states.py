@@ -42,6 +42,8 @@ _STEP = {
     StepState.RUNNING: {StepState.LOST, *TERMINAL_STEP},
     StepState.LOST: {StepState.RUNNING, *TERMINAL_STEP},
 }
+_RETRY = {StepState.DISPATCHED, StepState.RUNNING, StepState.LOST}   # a step (not an attempt) may go back
+                                                                      # to PENDING for another attempt
 
 
 def check_run(run_id: str, current: str, target: RunState) -> RunState:
@@ -51,7 +53,9 @@ def check_run(run_id: str, current: str, target: RunState) -> RunState:
 
 
 def check_step(kind: str, ident: str, current: str, target: StepState) -> StepState:
-    """Steps and attempts share one machine (an attempt is a step's current try)."""
-    if target not in _STEP.get(StepState(current), set()):
+    """Steps and attempts share one machine (an attempt is a step's current try); only a step goes
+    back from an active state to PENDING, when it is retried."""
+    retry = kind == "step" and target == StepState.PENDING and StepState(current) in _RETRY
+    if not retry and target not in _STEP.get(StepState(current), set()):
         raise InvalidTransition(kind, ident, current, target)
     return target

@@ -44,6 +44,10 @@ class Host(Base):
     facts: Mapped[dict[str, Any]] = mapped_column(default=dict)
     registered_at: Mapped[float | None] = mapped_column(Float)
     last_seen: Mapped[float | None] = mapped_column(Float)
+    # health: "check target" -> {"fails": consecutive failures, "detail": last detail, "at": time}
+    health: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    quarantined_at: Mapped[float | None] = mapped_column(Float)     # out of scheduling until released
+    quarantine_reason: Mapped[str] = mapped_column(Text, default="")
     devices: Mapped[list[Device]] = relationship(back_populates="host_row", cascade="all, delete-orphan",
                                                  order_by="Device.name")
 
@@ -65,6 +69,8 @@ class Device(Base):
     firmware: Mapped[str | None] = mapped_column(String(64))
     by_id: Mapped[str | None] = mapped_column(String(512))
     declared: Mapped[bool] = mapped_column(Boolean, default=True)
+    quarantined_at: Mapped[float | None] = mapped_column(Float)
+    quarantine_reason: Mapped[str] = mapped_column(Text, default="")
     host_row: Mapped[Host] = relationship(back_populates="devices")
 
 
@@ -139,6 +145,8 @@ class Attempt(Base):
     ended_at: Mapped[float | None] = mapped_column(Float)         # result committed
     pid: Mapped[int | None] = mapped_column(Integer)
     exit_code: Mapped[int | None] = mapped_column(Integer)
+    lost_at: Mapped[float | None] = mapped_column(Float)          # when its host was declared silent
+    stop_cause: Mapped[str | None] = mapped_column(String(16))   # the controller asked it to stop: timeout | orphan
     step: Mapped[Step] = relationship(back_populates="attempts")
     result: Mapped[Result | None] = relationship(back_populates="attempt", uselist=False)
     artifacts: Mapped[list[Artifact]] = relationship(back_populates="attempt", order_by="Artifact.name")

@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.errors import InvalidTransition
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.protocol import (
     Artifact,
-    CancelStep,
     Heartbeat,
     Register,
-    ReportStep,
-    StartStep,
     StepEnded,
     StepStarted,
-    StepUnknown,
     Submit,
 )
-from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.controller import Controller
 from orchestrator.states import StepState, check_step
-from orchestrator.store.db import make_engine, migrate, sessions
 from orchestrator.store.models import Attempt, Result, Run
 
 SUITE = """\
@@ -36,43 +28,6 @@ profiles:
   - {name: 4k-randread, rw: randread, bs: 4k, iodepth: 8, runtime: 1}
   - {name: 8k-randrw, rw: randrw, bs: 8k, rwmixread: 70, iodepth: 4, numjobs: 2, runtime: 1}
 """
-
-
-class RecordingDispatcher:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str, Any]] = []
-
-    def start(self, msg: StartStep) -> None:
-        self.sent.append(("start", msg.host, msg))
-
-    def cancel(self, host: str, msg: CancelStep) -> None:
-        self.sent.append(("cancel", host, msg))
-
-    def report(self, host: str, msg: ReportStep) -> None:
-        self.sent.append(("report", host, msg))
-
-    def starts(self) -> list[StartStep]:
-        return [m for kind, _h, m in self.sent if kind == "start"]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> tuple[Controller, RecordingDispatcher, Clock, sessionmaker[Session]]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'store.sqlite'}")
-    migrate(engine)
-    db = sessions(engine)
-    disp, clock = RecordingDispatcher(), Clock()
-    ctl = Controller(db, None, disp, ArtifactStore(tmp_path / "art"), ControllerTuning(), clock=clock)  # type: ignore[arg-type]
-    ctl.handle_event(Register(host="h1", agent_version="0.1.0", facts=HostFacts(hostname="h1", fio_version="fio-3.33"),
-                              duts=(DeclaredDut(name="dut0", path="/dev/loop9", kind="block", size_bytes=1 << 30),)))
-    return ctl, disp, clock, db
 
 
 def submit(ctl: Controller, host: str = "h1", device: str = "dut0", run_id: str = "r1") -> Any:
@@ -188,43 +143,6 @@ def test_refusal_fails_the_rest(env: Any) -> None:
         assert run is not None and run.state == "FAILED"
         assert run.steps[0].reason == "refused by agent: host h1 refuses device /dev/sdz: not a declared DUT"
         assert run.steps[1].state == "FAILED" and "not run" in run.steps[1].reason
-
-
-def test_silent_host_loses_step_and_readoption_recovers_it(env: Any, fio_outputs: dict[str, bytes]) -> None:
-    ctl, disp, clock, db = env
-    submit(ctl)
-    ctl.schedule()
-    a0 = disp.starts()[0].attempt_id
-    ctl.handle_event(StepStarted(host="h1", attempt_id=a0, pid=7, fio_started_at=clock.t, job_sha256="x"))
-    clock.t += 11
-    ctl.watch()
-    with db() as s:
-        assert s.get(Attempt, a0).state == "LOST"  # type: ignore[union-attr]
-    ctl.schedule()
-    assert len(disp.starts()) == 1                 # nothing else dispatched to a device in use
-    ctl.handle_event(Register(host="h1", agent_version="0.1.0", facts=HostFacts(hostname="h1"),
-                              duts=(DeclaredDut(name="dut0", path="/dev/loop9", kind="block", size_bytes=1),)))
-    assert ("report", "h1", ReportStep(attempt_id=a0)) in disp.sent
-    ctl.handle_event(StepStarted(host="h1", attempt_id=a0, pid=7, fio_started_at=clock.t, job_sha256="x",
-                                 adopted=True))
-    with db() as s:
-        assert s.get(Attempt, a0).state == "RUNNING"  # type: ignore[union-attr]
-    ctl.handle_event(ended(a0, fio_outputs["4k-randread"]))
-    with db() as s:
-        att = s.get(Attempt, a0)
-        assert att is not None and att.state == "SUCCEEDED" and att.result is not None
-
-
-def test_unknown_attempt_after_loss_fails(env: Any) -> None:
-    ctl, disp, clock, db = env
-    submit(ctl)
-    ctl.schedule()
-    a0 = disp.starts()[0].attempt_id
-    ctl.handle_event(StepStarted(host="h1", attempt_id=a0, pid=7, fio_started_at=clock.t, job_sha256="x"))
-    ctl.handle_event(StepUnknown(host="h1", attempt_id=a0))
-    with db() as s:
-        att = s.get(Attempt, a0)
-        assert att is not None and att.state == "FAILED" and "no record" in att.reason
 
 
 def test_unstarted_dispatch_is_resent_then_failed(env: Any) -> None:

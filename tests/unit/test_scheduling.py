@@ -32,7 +32,7 @@ from orchestrator.notify import Notifier
 from orchestrator.scheduling import decide
 from orchestrator.store.db import make_engine, migrate, sessions
 from orchestrator.store.models import Host, Run, Schedule
-from tests.unit.test_controller import Clock, RecordingDispatcher
+from tests.unit.conftest import Clock, RecordingDispatcher
 
 
 def suite(runtime: int, n: int = 1, devices: int = 1) -> str:

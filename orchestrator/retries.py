@@ -1,0 +1,41 @@
+"""The retry policy applied to an attempt that failed by no fault of its step (suite key ``retry``).
+
+Every step kind the planner makes is idempotent (purge, precondition round, measurement: each runs a
+whole fio job against the run's own devices), so each may be retried. A retry is a new attempt of the
+same step, dispatched only after the previous attempt is known to have stopped, so a step never runs
+twice at the same time; with ``repurge`` a purge of the run's devices comes first.
+"""
+
+from __future__ import annotations
+
+from labcontract.suite import Retry, RetryCause
+from orchestrator.preconditioning import suite_of
+from orchestrator.states import StepState
+from orchestrator.store.models import Attempt, Run, Step
+
+IDEMPOTENT_KINDS = frozenset({"purge", "precondition", "measure"})
+
+
+def policy_of(run: Run) -> Retry:
+    return suite_of(run).retry
+
+
+def should_retry(run: Run, att: Attempt, cause: RetryCause | None) -> bool:
+    policy = policy_of(run)
+    return (cause is not None and cause in policy.when and att.step.kind in IDEMPOTENT_KINDS
+            and len(att.step.attempts) < policy.max_attempts)
+
+
+def repurge_step(run: Run, step: Step) -> Step | None:
+    """A purge to run before the retry of ``step`` (the suite purges and asks for it), else None."""
+    suite = suite_of(run)
+    if not (suite.retry.repurge and suite.phases.purge and step.kind in ("precondition", "measure")):
+        return None
+    n = len(step.attempts) + 1
+    # (seq, round) is unique in a run and orders its steps: a re-purge takes a negative round of the
+    # step's seq, so it sorts before the step it precedes
+    slot = -1 - sum(1 for st in run.steps if st.seq == step.seq and st.round < 0)
+    return Step(id=f"{step.id}-rp{n}", seq=step.seq, round=slot, kind="purge",
+                name=f"repurge.{step.name}.a{n}", cell=dict(step.cell),
+                note=f"re-purge before attempt {n} of {step.name}", workload=None, job_text="",
+                state=str(StepState.PENDING))

@@ -1,0 +1,89 @@
+"""Faults done for real: an agent SIGKILLed until its step is LOST, then back (the orphaned fio is
+stopped, the step retried after a re-purge, never two fio at once); a DUT that disappears from under
+its agent (quarantine, ``labctl hosts``, ``labctl queue``, ``labctl hosts release``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from orchestrator.lab import wait_for
+from tests.conftest import LabHandle, one_workload
+
+pytestmark = pytest.mark.integration
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+REPURGE_SUITE = one_workload(8).replace("profiles:", "phases: {purge: true}\nretry: {max_attempts: 2, "
+                                                     "when: [lost], repurge: true}\nprofiles:")
+
+
+def test_agent_killed_until_lost_has_its_orphan_stopped_and_the_step_retried(fresh_lab: LabHandle) -> None:
+    lab = fresh_lab
+    run_id = lab.submit(REPURGE_SUITE)
+    d = lab.wait_step_state(run_id, "RUNNING", timeout=30)
+    while d.steps[0].state != "SUCCEEDED" or not any(st.state == "RUNNING" for st in d.steps[1:]):
+        d = lab.detail(run_id)                       # the purge done, the measurement running
+    measure = next(st for st in d.steps if st.kind == "measure")
+    wait_for(lambda: lab.detail(run_id).steps[1].attempts[0].pid, 10, "the measurement's fio pid")
+    pid = int(lab.detail(run_id).steps[1].attempts[0].pid or 0)
+    lab.lab.stop_proc(lab.agent, signal.SIGKILL)
+    killed = time.monotonic()
+    assert _alive(pid), "fio must survive its agent"
+    lab.wait_step_state(run_id, "LOST", timeout=20)
+    detected = time.monotonic() - killed
+    assert detected <= 10.5, f"loss detected {detected:.1f}s after the kill"
+    assert _alive(pid), "the orphan still runs while its host is away"
+    lab.restart_agent()
+    d = lab.wait_run(run_id, timeout=90)
+    assert d.run.state == "SUCCEEDED", d.run.reason
+    assert not _alive(pid)
+    step = next(st for st in d.steps if st.id == measure.id)
+    first, second = step.attempts
+    assert first.state == "FAILED" and "orphaned fio was stopped" in first.reason and first.lost_at
+    assert second.state == "SUCCEEDED" and d.results[step.id].attempt_id == second.id
+    kinds = [(st.kind, st.state) for st in d.steps]
+    assert kinds == [("purge", "SUCCEEDED"), ("purge", "SUCCEEDED"), ("measure", "SUCCEEDED")], kinds
+    repurge = d.steps[1]
+    assert repurge.name.startswith("repurge.") and repurge.attempts[0].fio_started_at
+    # never two at once: the orphan ended before the re-purge began, which ended before the retry began
+    assert first.fio_ended_at is not None and repurge.attempts[0].fio_started_at >= first.fio_ended_at
+    assert second.fio_started_at >= (repurge.attempts[0].fio_ended_at or 0)
+    assert 7500 <= d.results[step.id].runtime_ms <= 9500      # the retry ran whole
+
+
+def test_a_vanished_dut_is_quarantined_until_released(fresh_lab: LabHandle) -> None:
+    lab = fresh_lab
+    dut = lab.duts["dut0"]
+    assert dut.loop, "needs a loop device (root)"
+    subprocess.run(["losetup", "-d", dut.loop], check=True)
+    try:
+        def quarantined() -> bool:
+            out = lab.labctl("hosts").stdout
+            return "QUARANTINED" in out
+        wait_for(quarantined, 30, "the DUT to be quarantined", interval=0.5)
+        listing = lab.labctl("hosts").stdout
+        assert "present check failed 3 times in a row" in listing, listing
+        run_id = lab.submit(one_workload(1))
+        queue = lab.labctl("queue").stdout
+        assert run_id in queue and "quarantined" in queue, queue
+    finally:
+        subprocess.run(["losetup", "--direct-io=on", dut.loop, str(dut.backing)], check=True)
+    assert lab.detail(run_id).run.state == "QUEUED"
+    released = lab.labctl("hosts", "release", lab.host)
+    assert released.returncode == 0 and f"released {lab.host}" in released.stdout, released.stderr
+    d = lab.wait_run(run_id, timeout=60)
+    assert d.run.state == "SUCCEEDED", d.run.reason
+    again = lab.labctl("hosts", "release", lab.host)
+    assert again.returncode == 1 and "nothing of" in again.stderr
