@@ -4,7 +4,8 @@
      ├── ConfigError              bad configuration value or file
      ├── InputError               user input rejected; holds every Problem found at once
      │    ├── SuiteError          a suite file that does not validate
-     │    └── SubmissionError     a submission naming an unknown host/device, ...
+     │    ├── SubmissionError     a submission naming an unknown host/device, ...
+     │    └── InventoryError      an Ansible inventory (hosts, group_vars, host_vars) that does not validate
      ├── ProtocolError            a message of the wrong shape or protocol version
      ├── DeviceRefused            an agent refuses a device it has not declared
      ├── FioError                 fio could not be run, or its output could not be read
@@ -65,6 +66,10 @@ class SuiteError(InputError):
 
 class SubmissionError(InputError):
     what = "submission"
+
+
+class InventoryError(InputError):
+    what = "inventory"
 
 
 class ProtocolError(LabError):

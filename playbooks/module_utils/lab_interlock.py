@@ -1,0 +1,1 @@
+../../labcontract/interlock.py

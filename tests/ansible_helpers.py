@@ -1,0 +1,154 @@
+"""Shared helpers for tests that run Ansible: ansible-runner runs, throw-away inventories, loop
+devices and fake device tools. Everything created here is removed by its own path/name."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAYBOOKS = ROOT / "playbooks"
+FIXTURES = ROOT / "tests" / "fixtures" / "dut"
+VENV_BIN = Path(sys.executable).parent
+
+
+def ansible_env() -> dict[str, str]:
+    """Environment for ansible-playbook / ansible-lint: the project's ansible.cfg, the venv first on PATH."""
+    return {"ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+            "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+
+
+@dataclass
+class PlaybookRun:
+    status: str
+    rc: int
+    stats: dict[str, Any]
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def changed(self, host: str = "localhost") -> int:
+        return int((self.stats.get("changed") or {}).get(host, 0))
+
+    def failures(self, host: str = "localhost") -> int:
+        return int((self.stats.get("failures") or {}).get(host, 0))
+
+    def item_results(self, task: str) -> list[dict[str, Any]]:
+        """The per-item module results (``res``) of ``task``, from the event stream."""
+        out = []
+        for ev in self.events:
+            data = ev.get("event_data", {})
+            if ev.get("event", "").startswith("runner_item_on_") and data.get("task") == task:
+                out.append(data["res"])
+        return out
+
+    def task_results(self, task: str) -> list[dict[str, Any]]:
+        out = []
+        for ev in self.events:
+            data = ev.get("event_data", {})
+            if ev.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("task") == task:
+                out.append(data["res"])
+        return out
+
+
+def run_playbook(playbook: str, inventory: Path, private_dir: Path, extravars: dict[str, Any] | None = None,
+                 *, check: bool = False, limit: str | None = None) -> PlaybookRun:
+    """Run ``playbooks/<playbook>`` through ansible-runner, as the controller does."""
+    import ansible_runner
+
+    private_dir.mkdir(parents=True, exist_ok=True)
+    cmdline = " ".join(x for x in ["--check" if check else "", f"--limit {limit}" if limit else ""] if x)
+    runner = ansible_runner.run(
+        private_data_dir=str(private_dir), playbook=str(PLAYBOOKS / playbook), inventory=str(inventory),
+        extravars=extravars or {}, envvars=ansible_env(), cmdline=cmdline or None, quiet=True)
+    return PlaybookRun(status=runner.status, rc=int(runner.rc), stats=dict(runner.stats or {}),
+                       events=list(runner.events))
+
+
+def local_inventory(directory: Path, duts: list[dict[str, Any]], **host_vars: Any) -> Path:
+    """A one-host (localhost, connection local) inventory declaring ``duts``."""
+    (directory / "host_vars").mkdir(parents=True, exist_ok=True)
+    (directory / "hosts.yml").write_text(yaml.safe_dump(
+        {"all": {"children": {"controller": {"hosts": {"localhost": None}},
+                              "agents": {"hosts": {"localhost": None}}}}}))
+    hv = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "duts": duts, **host_vars}
+    (directory / "host_vars" / "localhost.yml").write_text(yaml.safe_dump(hv))
+    return directory
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def can_use_loop_devices() -> bool:
+    return os.geteuid() == 0 and shutil.which("losetup") is not None and os.path.exists("/dev/loop-control")
+
+
+@contextmanager
+def loop_device(backing: Path, size_mib: int = 8, random_mib: int = 1) -> Iterator[str]:
+    """A loop device (direct I/O) over a new backing file whose first ``random_mib`` MiB are random."""
+    with backing.open("wb") as fh:
+        fh.write(os.urandom(random_mib << 20))
+        fh.truncate(size_mib << 20)
+    dev = subprocess.run(["losetup", "--direct-io=on", "--find", "--show", str(backing)],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    try:
+        yield dev
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=False, capture_output=True)
+
+
+@contextmanager
+def mounted(dev: str, mountpoint: Path) -> Iterator[Path]:
+    """``dev`` mounted read-only (so its bytes do not change) on ``mountpoint``; unmounted at exit."""
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-o", "ro,noload", dev, str(mountpoint)], check=True, capture_output=True)
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", str(mountpoint)], check=False, capture_output=True)
+
+
+def mkfs_ext4(dev: str) -> None:
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev],
+                   check=True, capture_output=True)
+
+
+FAKE_TOOL = """#!/bin/sh
+# fake {name}: prints captured outputs for read-only calls, logs every call, refuses writes
+echo "{name} $*" >> {log}
+case "$*" in
+{cases}
+  *) echo "fake {name}: refusing a write in a test: $*" >&2; exit 97 ;;
+esac
+"""
+
+
+def fake_tools(bin_dir: Path, log: Path, fixtures: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Write fake tools into ``bin_dir``: ``fixtures[tool][glob] = fixture file``. Returns the
+    environment (PATH with ``bin_dir`` first) to hand to the play as ``lab_dut_environment``."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, cases in fixtures.items():
+        lines = "\n".join(f"  {pattern}) cat {FIXTURES / fixture} ;;" for pattern, fixture in cases.items())
+        script = bin_dir / name
+        script.write_text(FAKE_TOOL.format(name=name, log=log, cases=lines))
+        script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return {"PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
