@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 from agents import health
 from agents.live import LiveReader
 from agents.runner import Attempt, FioRunner
-from labcontract import __version__
+from labcontract import __version__, interlock
 from labcontract.errors import DeviceRefused, FioError, LabError, ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.live import LiveStatus
@@ -146,8 +146,24 @@ class Agent:
         self.last_error_at = time.time()
 
     def _register_event(self, running: tuple[str, ...], checks: tuple[HealthCheck, ...] = ()) -> Register:
-        return Register(host=self.host, agent_version=__version__, facts=self.facts, duts=self.config.duts,
+        duts = tuple(d.model_copy(update={"observed": interlock.observed_to_dict(interlock.observe(d.path))})
+                     for d in self.config.duts)
+        return Register(host=self.host, agent_version=__version__, facts=self.facts, duts=duts,
                         running=running, health=checks)
+
+    def interlock_refusal(self, msg: StartStep, duts: Sequence[DeclaredDut]) -> str | None:
+        """The safety interlock, again on the host at start: a purge or a writing workload is refused on
+        a device that is mounted, in use, carries a signature (unless wipe_ok) or backs the root fs."""
+        op = interlock.destructive_operation(msg.action, msg.workload.rw if msg.workload else None)
+        if op is None:
+            return None
+        declared = [interlock.DeclaredDut(name=d.name, path=d.path, wipe_ok=d.wipe_ok) for d in self.config.duts]
+        refusals = []
+        for dut in duts:
+            reasons = interlock.refusal_reasons(dut.path, declared, interlock.observe(dut.path), op)
+            if reasons:
+                refusals.append(interlock.refusal_message(dut.path, op, reasons))
+        return "; ".join(refusals) or None
 
     def health_checks(self) -> tuple[HealthCheck, ...]:
         every = self.config.health_every
@@ -285,8 +301,10 @@ class Agent:
             logger.error("refused attempt %s: %s", msg.attempt_id, reason)
             self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
             return
-        if len({d.path for d in duts}) != len(duts):
-            reason = "a device is named twice in one step"
+        twice = len({d.path for d in duts}) != len(duts)
+        refused = "a device is named twice in one step" if twice else self.interlock_refusal(msg, duts)
+        if refused:
+            reason = refused
             self.note_error()
             logger.error("refused attempt %s: %s", msg.attempt_id, reason)
             self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -51,3 +51,5 @@ class DeclaredDut(BaseModel):
     serial: str | None = None
     firmware: str | None = None
     by_id: str | None = None
+    wipe_ok: bool = False                    # its on-disk signatures may be destroyed (see labcontract.interlock)
+    observed: dict[str, Any] | None = None   # the interlock's observation, refreshed with each registration

@@ -32,7 +32,7 @@ import os
 import shutil
 import stat
 import subprocess
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # Reason codes. OVERRIDABLE holds the only ones wipe_ok lifts.
@@ -46,7 +46,16 @@ BACKS_ROOT = "backs_root"
 SIGNATURE = "signature"
 OVERRIDABLE = frozenset({SIGNATURE})
 
-DESTRUCTIVE_OPERATIONS = ("purge", "op_mode")
+DESTRUCTIVE_OPERATIONS = ("purge", "op_mode", "write")
+# fio modes that write to the device (a precondition round or a measurement with writes destroys data too)
+WRITING_RW = frozenset({"write", "randwrite", "rw", "readwrite", "randrw", "trim", "randtrim", "trimwrite"})
+
+
+def destructive_operation(action: str, rw: str | None) -> str | None:
+    """The interlock operation a step performs on its devices: ``purge``, ``write``, or None (reads only)."""
+    if action == "purge":
+        return "purge"
+    return "write" if rw in WRITING_RW else None
 
 
 @dataclass(frozen=True)
@@ -354,6 +363,19 @@ def _observed(device: str, real: str, stack: list[str], mounts: list[tuple[str, 
     return ObservedState(path=device, real_path=real, mountpoints=points, swap=bool(swaps & paths),
                          signatures=tuple(_signatures(real)), holders=tuple(dict.fromkeys(holders)),
                          backs_root=backs_root)
+
+
+def observed_to_dict(obs: ObservedState) -> dict[str, Any]:
+    """JSON-able form (sent by agents with their registration, kept by the controller)."""
+    return asdict(obs)
+
+
+def observed_from_dict(data: dict[str, Any]) -> ObservedState:
+    sigs = tuple(Signature(**sig) for sig in data.get("signatures") or ())
+    fields = {k: v for k, v in data.items() if k in ObservedState.__dataclass_fields__ and k != "signatures"}
+    for key in ("mountpoints", "holders"):
+        fields[key] = tuple(fields.get(key) or ())
+    return ObservedState(**fields, signatures=sigs)
 
 
 def check_local(device: str, declared: list[DeclaredDut], operation: str = "purge") -> ObservedState:

@@ -162,6 +162,8 @@ class Phases(BaseModel):
 
     purge: bool = False
     precondition: Precondition | None = None
+    provision: bool = False        # purge / OP mode through Ansible (playbooks/dut_state.yml); DUT facts
+                                   # before and after (playbooks/facts.yml); needs a controller --inventory
 
 
 RetryCause = Literal["lost", "timeout", "error"]
@@ -434,6 +436,9 @@ def count_steps(cells: list[Cell], phases: Phases) -> int:
     if phases.purge:
         purges += sum(1 for mode in dict.fromkeys(c.op_mode for c in cells)
                       if not any(c.precondition for c in cells if c.op_mode == mode))
+    if phases.provision:
+        # facts before and after; the purges become dut_state steps, and each OP mode starts with one
+        purges += 2 + (0 if phases.purge else len(dict.fromkeys(c.op_mode for c in cells)))
     return len(cells) + groups + purges
 
 

@@ -450,13 +450,16 @@ def controller(log_level: Annotated[str, typer.Option()] = "INFO",
                    help="POST a JSON body here when a run ends (repeat).")] = None,
                notify_file: Annotated[list[Path] | None, typer.Option(
                    help="Append a JSON line here when a run ends (repeat).")] = None,
+               inventory: Annotated[Path | None, typer.Option(
+                   help="The lab's Ansible inventory directory: suites with phases.provision purge, set OP modes "
+                        "and record DUT facts through playbooks/.")] = None,
                ) -> None:
     """Run the controller daemon (the store's only writer)."""
     from orchestrator.cmd.controller import main
 
     main(State.config, ControllerTuning(heartbeat_timeout_s=heartbeat_timeout), log_level=log_level,
          metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
-         notify_webhooks=tuple(notify_webhook or ()), notify_files=tuple(notify_file or ()))
+         notify_webhooks=tuple(notify_webhook or ()), notify_files=tuple(notify_file or ()), inventory=inventory)
 
 
 @app.command()
@@ -477,6 +480,9 @@ def agent(
     no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Serve no metrics.")] = False,
     net_path: Annotated[list[str] | None, typer.Option(help="Declared network path NAME=IFACE whose "
                                                             "interface bytes are exported (repeat).")] = None,
+    wipe_ok: Annotated[list[str] | None, typer.Option(help="DUT NAME whose filesystem / partition / LVM / MD "
+                                                           "signatures a purge or write may destroy (repeat).")]
+    = None,
 ) -> None:
     """Run the agent daemon on a lab host."""
     from agents.cmd.agent import AgentOptions, main
@@ -485,7 +491,8 @@ def agent(
                       state_dir=state_dir or State.config.lab_dir / "agent", dut_specs=tuple(dut),
                       host=host, heartbeat_s=heartbeat, fio_binary=fio, log_level=log_level,
                       metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
-                      metrics_advertise=metrics_advertise, net_paths=tuple(net_path or ())))
+                      metrics_advertise=metrics_advertise, net_paths=tuple(net_path or ()),
+                      wipe_ok=tuple(wipe_ok or ())))
 
 
 @app.command()

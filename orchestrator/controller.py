@@ -23,8 +23,9 @@ from typing import Any
 import redis
 from croniter import croniter
 from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload, sessionmaker
+from sqlalchemy.orm import Session, defer, selectinload, sessionmaker
 
+from labcontract import interlock
 from labcontract.errors import FioError, LabError, Problem, ProtocolError, SubmissionError, SuiteError
 from labcontract.fiojob import device_section
 from labcontract.fioresult import StepMetrics, parse_fio_groups
@@ -61,6 +62,7 @@ from orchestrator.config import ControllerTuning
 from orchestrator.dispatch import Dispatcher
 from orchestrator.notify import Notifier, payload
 from orchestrator.planner import plan
+from orchestrator.provisioning import LOCAL_KINDS, LocalOutcome, LocalStep, Provisioner
 from orchestrator.scheduling import StepSummary, decide, devices_of
 from orchestrator.states import (
     ACTIVE_STEP,
@@ -126,12 +128,14 @@ def submission_problems(session: Session, host_name: str, devices: Sequence[str]
 class Controller:
     def __init__(self, sessions: sessionmaker[Session], client: redis.Redis, dispatcher: Dispatcher,
                  artifacts: ArtifactStore, tuning: ControllerTuning | None = None,
-                 clock: Callable[[], float] = time.time, notifier: Notifier | None = None) -> None:
+                 clock: Callable[[], float] = time.time, notifier: Notifier | None = None,
+                 provisioner: Provisioner | None = None) -> None:
         self.sessions, self.redis, self.dispatcher = sessions, client, dispatcher
         self.artifacts = artifacts
         self.tuning = tuning or ControllerTuning()
         self.clock = clock
         self.notifier = notifier
+        self.provisioner = provisioner
         self._stopping = False
         self._asked: dict[str, float] = {}           # attempt id -> last stop/report request (throttle)
         self.last_pass_at: float | None = None     # time.time() of the last completed loop pass (/health)
@@ -179,14 +183,41 @@ class Controller:
                                             count=200, block=None if pending else block_ms)
             got = 0
             for stream, entries in batches or []:
-                for entry_id, fields in entries:
-                    got += 1
+                got += len(entries)
+                if not entries:
+                    continue
+                if stream == EVENTS_STREAM:
+                    self._apply_events(entries)
+                    ids = [entry_id for entry_id, _f in entries]
+                    self.redis.xack(stream, EVENTS_GROUP, *ids)
+                    self.redis.xdel(stream, *ids)
+                    continue
+                for entry_id, fields in entries:       # a command is answered after its own commit
                     self._handle_entry(stream, fields)
                     self.redis.xack(stream, EVENTS_GROUP, entry_id)
-                    if stream == EVENTS_STREAM:
-                        self.redis.xdel(stream, entry_id)
             if not got or not pending:
                 return
+
+    def _apply_events(self, entries: list[tuple[str, dict[str, str]]]) -> None:
+        """A batch of agent events in one transaction (one commit, one identity map: heartbeats of 200
+        hosts cost one flush). Should one event fail, the batch is applied again one event at a time, so
+        the failure is that event's alone."""
+        events = []
+        for _id, fields in entries:
+            try:
+                events.append(decode_event(fields.get("data", "")))
+            except ProtocolError as e:
+                log.error("dropped a malformed %s entry: %s", EVENTS_STREAM, e)
+        try:
+            with self.sessions.begin() as s:
+                for ev in events:
+                    self._apply_event(s, ev)
+        except Exception:
+            if len(events) == 1:
+                raise
+            log.warning("a batch of %d events failed; applying them one by one", len(events), exc_info=True)
+            for ev in events:
+                self.handle_event(ev)
 
     def _handle_entry(self, stream: str, fields: dict[str, str]) -> None:
         raw = fields.get("data", "")
@@ -202,20 +233,23 @@ class Controller:
 
     def handle_event(self, ev: Register | Heartbeat | StepStarted | StepEnded | StepUnknown) -> None:
         with self.sessions.begin() as s:
-            if isinstance(ev, Register):
-                self._on_register(s, ev)
-            elif isinstance(ev, Heartbeat):
-                host = s.get(Host, ev.host)
-                if host is not None:
-                    host.last_seen = self.clock()
-                    if ev.health:
-                        health.apply(host, ev.health, self.clock(), self.tuning.quarantine_after)
-            elif isinstance(ev, StepStarted):
-                self._on_started(s, ev)
-            elif isinstance(ev, StepEnded):
-                self._on_ended(s, ev)
-            else:
-                self._on_unknown(s, ev)
+            self._apply_event(s, ev)
+
+    def _apply_event(self, s: Session, ev: Register | Heartbeat | StepStarted | StepEnded | StepUnknown) -> None:
+        if isinstance(ev, Register):
+            self._on_register(s, ev)
+        elif isinstance(ev, Heartbeat):
+            host = s.get(Host, ev.host)
+            if host is not None:
+                host.last_seen = self.clock()
+                if ev.health:
+                    health.apply(host, ev.health, self.clock(), self.tuning.quarantine_after)
+        elif isinstance(ev, StepStarted):
+            self._on_started(s, ev)
+        elif isinstance(ev, StepEnded):
+            self._on_ended(s, ev)
+        else:
+            self._on_unknown(s, ev)
 
     def _on_register(self, s: Session, ev: Register) -> None:
         host = s.get(Host, ev.host)
@@ -237,6 +271,7 @@ class Controller:
             dev.path, dev.kind, dev.size_bytes = dut.path, dut.kind, dut.size_bytes
             dev.model, dev.firmware, dev.by_id = dut.model, dut.firmware, dut.by_id
             dev.serial = dev.serial or dut.serial     # the identity registered first; a change is a health failure
+            dev.wipe_ok, dev.observed = dut.wipe_ok, dut.observed
             dev.declared = True
         if ev.health:
             health.apply(host, ev.health, now, self.tuning.quarantine_after)
@@ -245,7 +280,7 @@ class Controller:
         # Ask where every attempt we think is on this host stands: re-adoption and ends
         # reported while we were away come back through the normal event path.
         for att in self._active_attempts(s, ev.host):
-            if att.id not in ev.running:
+            if att.id not in ev.running and att.step.kind not in LOCAL_KINDS:
                 self.dispatcher.report(ev.host, ReportStep(attempt_id=att.id))
 
     def _active_attempts(self, s: Session, host: str | None = None) -> list[Attempt]:
@@ -432,6 +467,7 @@ class Controller:
             "op_note": att.step.note,
             "suite_sha256": run.suite_sha256,
             "job_sha256": _sha(att.step.job_text),
+            **self._provisioning_provenance(run, att.step),
         }
         s.add(Result(attempt_id=att.id, step_id=att.step_id, run_id=att.step.run_id,
                      read_iops=r.iops, write_iops=w.iops, iops=c.iops, read_bw_bytes=r.bw_bytes,
@@ -440,6 +476,24 @@ class Controller:
                      lat_p99_ns=c.percentiles_ns.get("p99"), runtime_ms=metrics.runtime_ms,
                      fio_version=metrics.fio_version, metrics=metrics.model_dump(mode="json"),
                      per_device=per_device, series=series, provenance=provenance, created_at=self.clock()))
+
+    def _provisioning_provenance(self, run: Run, step: Step) -> dict[str, Any]:
+        """What Ansible did to the DUTs before this result (methods, capacities) and the DUT facts
+        (firmware, driver, health, wear) it recorded before the run; empty for suites that don't provision."""
+        done = [st for st in run.steps if st.kind == "dut_state" and st.state == StepState.SUCCEEDED
+                and st.cell.get("op_mode") == step.cell.get("op_mode") and (st.seq, st.round) < (step.seq, step.round)]
+        out: dict[str, Any] = {}
+        if done:
+            out["provisioning"] = [st.note for st in done]
+        before = next((st for st in run.steps if st.kind == "facts" and st.cell.get("phase") == "before"
+                       and st.state == StepState.SUCCEEDED), None)
+        art = next((a for a in before.attempts[-1].artifacts if a.name == "facts.json"), None) if before else None
+        if art is not None:
+            try:
+                out["dut_facts"] = json.loads(self.artifacts.read(art.path))
+            except (OSError, ValueError) as e:
+                log.warning("DUT facts of run %s unreadable: %s", run.id, e, extra={"run": run.id})
+        return out
 
     def _abandon_rest(self, run: Run, reason: str) -> None:
         for step in run.steps:
@@ -500,7 +554,17 @@ class Controller:
         except SuiteError as e:
             problems += e.problems
         problems += submission_problems(s, cmd.host, cmd.devices, suite)
+        if suite is not None and suite.phases.provision and not problems:
+            problems += self._provision_problems(s, cmd)
         return suite, problems
+
+    def _provision_problems(self, s: Session, cmd: Submit) -> list[Problem]:
+        if self.provisioner is None:
+            return [Problem("phases.provision", "this suite provisions its DUTs through Ansible; the controller "
+                                                "runs without an inventory (labctl controller --inventory DIR)")]
+        host = s.get(Host, cmd.host)
+        paths = [dev.path for d in cmd.devices if host and (dev := find_device(host, d)) is not None]
+        return [Problem("--device", p) for p in self.provisioner.problems(cmd.host, paths)]
 
     def _submit_in(self, s: Session, cmd: Submit) -> Reply:
         """Validate and queue a run in the caller's transaction (submissions and schedule firings)."""
@@ -655,15 +719,96 @@ class Controller:
             for run in runs:
                 if run.state == RunState.QUEUED and run.expires_at is not None and now >= run.expires_at:
                     self._expire(run)
-            hosts = {h.name: h for h in s.scalars(select(Host).options(selectinload(Host.devices)))}
+            # facts and health are large JSON the scheduler never reads: not loaded here
+            hosts = {h.name: h for h in s.scalars(select(Host).options(
+                defer(Host.facts), defer(Host.health), selectinload(Host.devices).defer(Device.observed)))}
             summary = StepSummary.of(s, [r.id for r in runs])
             for run in runs:
                 self._stop_if_quarantined(run, hosts, summary)
             live = [r for r in runs if r.state not in TERMINAL_RUN]
             decision = decide(live, hosts, now, self.host_up, summary)
-            to_send = [self._new_attempt(s, run, step) for run, step in decision.dispatch]
-        for msg in to_send:       # after the commit: a crash here is healed by watch()
-            self.dispatcher.start(msg)
+            to_send = [self._new_attempt(s, run, step) for run, step in decision.dispatch
+                       if not self._interlocked(run, step, hosts.get(run.host))]
+            local = [self._local_step(run, step, msg) for run, step in decision.dispatch
+                     for msg in to_send if msg.step_id == step.id and step.kind in LOCAL_KINDS]
+        self.dispatcher.start_many([m for m in to_send if m.kind not in LOCAL_KINDS])   # after the commit:
+        for job in local:                                                              # watch() heals a crash
+            self._start_local(job)
+
+    def _local_step(self, run: Run, step: Step, msg: StartStep) -> LocalStep:
+        return LocalStep(attempt_id=msg.attempt_id, run_id=run.id, step=step.name, kind=step.kind, host=run.host,
+                         devices=tuple(run.devices or [run.device]), op_mode=str(step.cell.get("op_mode", "")),
+                         purge=bool(step.cell.get("purge", True)), phase=str(step.cell.get("phase", "before")))
+
+    def _start_local(self, job: LocalStep) -> None:
+        """Start a step the controller runs itself (a playbook); its end is picked up by watch()."""
+        try:
+            if self.provisioner is None:
+                raise LabError("the controller runs without an inventory (labctl controller --inventory DIR)")
+            self.provisioner.start(job)
+        except Exception as e:                      # a broken inventory or playbook: the step fails, the loop lives
+            log.error("could not start %s: %s", job.kind, e, extra={"run": job.run_id, "step": job.step,
+                                                                   "host": job.host})
+            with self.sessions.begin() as s:
+                att = s.get(Attempt, job.attempt_id)
+                if att is not None and att.state not in TERMINAL_STEP:
+                    self._move(att, StepState.FAILED, f"could not start the playbook: {e}")
+                    self._finish_run_if_done(att.step.run)
+
+    def _watch_local(self, s: Session, att: Attempt) -> None:
+        outcome: LocalOutcome | None
+        if self.provisioner is None:
+            outcome = LocalOutcome(ok=False, reason="the controller runs without an inventory")
+        else:
+            outcome = self.provisioner.poll(att.id)
+        if outcome is None:
+            if att.state == StepState.DISPATCHED:
+                att.started_at = att.fio_started_at = self.clock()
+                self._move(att, StepState.RUNNING)
+            return
+        for name, data in outcome.artifacts.items():
+            rel, sha = self.artifacts.put(data)
+            s.add(Artifact(attempt_id=att.id, name=name, sha256=sha, size=len(data), path=rel))
+        att.fio_ended_at = self.clock()
+        att.step.note = outcome.note
+        if outcome.ok:
+            self._move(att, StepState.SUCCEEDED)
+        else:
+            self._end(att, outcome.reason, cause="lost" if "restarted" in outcome.reason else "error")
+        log.info("%s ended: %s %s", att.step.kind, att.state, att.reason, extra=self._ctx(att))
+        self._finish_run_if_done(att.step.run)
+
+    def _interlocked(self, run: Run, step: Step, host: Host | None) -> bool:
+        """The safety interlock before dispatch, on what the agent last observed of each device: a purge
+        or a writing step on a device that is mounted, in use, carries a signature (unless wipe_ok) or
+        backs the root filesystem fails here, naming the device and the reasons; nothing is sent."""
+        rw = step.workload.get("rw") if step.workload else None
+        purges = step.kind == "purge" or (step.kind == "dut_state" and step.cell.get("purge", True))
+        op = "op_mode" if step.kind == "dut_state" and not purges else \
+            interlock.destructive_operation("purge" if purges else "fio", rw) if step.kind != "facts" else None
+        if op is None or host is None:
+            return False
+        declared = [interlock.DeclaredDut(name=d.name, path=d.path, wipe_ok=d.wipe_ok)
+                    for d in host.devices if d.declared]
+        refusals = []
+        for path in run.devices or [run.device]:
+            dev = find_device(host, path)
+            if dev is None or dev.observed is None:
+                continue                          # not observed (an older agent): the agent checks at start
+            reasons = interlock.refusal_reasons(path, declared, interlock.observed_from_dict(dev.observed), op)
+            if reasons:
+                refusals.append(interlock.refusal_message(path, op, reasons))
+        if not refusals:
+            return False
+        why = "interlock: " + "; ".join(refusals)
+        step.state, step.reason, step.ended_at = str(check_step("step", step.id, step.state, StepState.FAILED)), \
+            why, self.clock()
+        self._abandon_rest(run, f"not run: an earlier step was refused ({why})")
+        if run.state == RunState.QUEUED:
+            run.started_at = self.clock()
+        self._finish_run_if_done(run)
+        log.error("step refused before dispatch: %s", why, extra={"run": run.id, "step": step.name, "host": run.host})
+        return True
 
     def _stop_if_quarantined(self, run: Run, hosts: dict[str, Host], summary: StepSummary) -> None:
         """A started run whose host or DUT went into quarantine ends (failed, with the reason) once its
@@ -718,6 +863,9 @@ class Controller:
             hosts = {h.name: h for h in s.scalars(select(Host))}
             touched: set[str] = set()
             for att in self._active_attempts(s):
+                if att.step.kind in LOCAL_KINDS:
+                    self._watch_local(s, att)
+                    continue
                 up = self.host_up(hosts.get(att.host))
                 if att.state == StepState.RUNNING and not up:
                     self._move(att, StepState.LOST, f"host {att.host} stopped heartbeating")
@@ -782,6 +930,8 @@ class Controller:
         """At start: ask agents where every active attempt stands."""
         with self.sessions() as s:
             for att in self._active_attempts(s):
+                if att.step.kind in LOCAL_KINDS:
+                    continue                          # a playbook of an earlier life: watch() ends it
                 log.info("asking for the state of attempt %s", att.id, extra=self._ctx(att))
                 self.dispatcher.report(att.host, ReportStep(attempt_id=att.id))
 

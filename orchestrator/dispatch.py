@@ -25,13 +25,24 @@ class Dispatcher:
         self.app.conf.update(celery_settings(broker_url))
         self.expires_s = expires_s
 
-    def _send(self, task: str, host: str, msg: Message) -> None:
+    def _send(self, task: str, host: str, msg: Message, producer: Any = None) -> None:
+        # argsrepr: a short label instead of Celery's saferepr of the whole payload (1 ms+ a message)
+        label = getattr(msg, "attempt_id", "") or type(msg).__name__
         self.app.send_task(task, args=[msg.model_dump(mode="json")], queue=agent_queue(host),
-                           expires=self.expires_s, retry=True,
+                           expires=self.expires_s, retry=True, producer=producer,
+                           argsrepr=f"({label})", kwargsrepr="{}",
                            retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5})
 
     def start(self, msg: StartStep) -> None:
         self._send(TASK_START, msg.host, msg)
+
+    def start_many(self, msgs: list[StartStep]) -> None:
+        """Several starts through one producer (one connection from the pool for the lot)."""
+        if not msgs:
+            return
+        with self.app.producer_or_acquire() as producer:
+            for msg in msgs:
+                self._send(TASK_START, msg.host, msg, producer)
 
     def cancel(self, host: str, msg: CancelStep) -> None:
         self._send(TASK_CANCEL, host, msg)

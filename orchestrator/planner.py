@@ -25,7 +25,7 @@ from labcontract.suite import (
     with_overrides,
 )
 
-StepKind = Literal["purge", "precondition", "measure"]
+StepKind = Literal["purge", "precondition", "measure", "dut_state", "facts"]
 
 
 @dataclass(frozen=True)
@@ -63,20 +63,28 @@ def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
         steps.append(PlannedStep(seq=len(steps), kind=kind, name=name, workload=workload, job_text=job,
                                  cell=cell, note=note))
 
+    provision = suite.phases.provision
+    purge_kind: StepKind = "dut_state" if provision else "purge"
+    if provision:
+        add("facts", "facts.before", None, {"phase": "before"})
     for op_mode in suite.op_modes:
         cells = [c for c in suite.cells if c.op_mode == op_mode]
         any_pc = any(c.precondition for c in cells)
-        if suite.phases.purge and not any_pc:
-            add("purge", f"purge.{op_mode.replace(':', '')}", None, {"op_mode": op_mode})
+        mode = op_mode.replace(":", "")
+        if (suite.phases.purge and not any_pc) or (provision and not suite.phases.purge):
+            add(purge_kind, f"{purge_kind.replace('_', '-')}.{mode}", None,
+                {"op_mode": op_mode, "purge": suite.phases.purge})
         for i, c in enumerate(cells):
             _fp, note = op_footprint(op_mode, None)
             if pc is not None and starts_precondition_group(cells, i):
                 pw = precondition_workload(c, pc, len(suite.op_modes))
                 if suite.phases.purge:
-                    add("purge", pw.name.replace("precondition.", "purge.", 1), None,
-                        {"op_mode": op_mode, "profile": c.profile})
+                    add(purge_kind, pw.name.replace("precondition.", f"{purge_kind.replace('_', '-')}.", 1), None,
+                        {"op_mode": op_mode, "profile": c.profile, "purge": True})
                 first = round_workload(pw, 1)
                 add("precondition", first.name, first, {"op_mode": op_mode, "profile": c.profile, "round": 1}, note)
             add("measure", c.workload.name, c.workload, {"op_mode": op_mode, "profile": c.profile, **c.dims},
                 note)
+    if provision:
+        add("facts", "facts.after", None, {"phase": "after"})
     return steps

@@ -103,6 +103,22 @@ def print_run(console: Console, detail: RunDetail, *, rounds: bool = False) -> N
         console.print(f"device:   {d.get('name')} {d.get('path')} ({d.get('kind')}, "
                       f"{(d.get('size_bytes') or 0) / 2**30:.2f} GiB) model={d.get('model')} "
                       f"serial={d.get('serial')} fw={d.get('firmware')}")
+        for line in provisioning_lines(prov.provenance):
+            console.print(line, highlight=False)
+
+
+def provisioning_lines(provenance: dict[str, Any]) -> list[str]:
+    """What Ansible did to the DUTs and the DUT facts it recorded (suites with phases.provision)."""
+    lines = [f"provisioned: {note}" for note in provenance.get("provisioning", []) if note]
+    facts = provenance.get("dut_facts") or {}
+    for dut in facts.get("duts", []):
+        health = dut.get("health") or {}
+        driver = dut.get("driver") or {}
+        lines.append(f"DUT facts ({facts.get('phase')}): {dut.get('name')} {dut.get('real_path') or dut.get('path')} "
+                     f"{dut.get('interface')} model={dut.get('model')} fw={dut.get('firmware')} "
+                     f"driver={driver.get('name')} {driver.get('version') or ''} "
+                     f"capacity={dut.get('capacity_bytes')} health={health or 'n/a'}")
+    return lines
 
 
 def write_markdown(detail: RunDetail, report_dir: Path, artifact_root: Path) -> Path:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from labcontract.suite import Precondition, Workload
 from orchestrator.health import unavailable
@@ -45,11 +45,15 @@ class StepSummary:
             return cls(frozenset(), {})
         busy = frozenset(s.scalars(select(Step.run_id).where(
             Step.run_id.in_(run_ids), Step.state.in_([str(x) for x in ACTIVE_STEP])).distinct()))
+        idle = [r for r in run_ids if r not in busy]          # a busy run dispatches nothing this pass
+        if not idle:
+            return cls(busy, {})
         rank = func.row_number().over(partition_by=Step.run_id, order_by=(Step.seq, Step.round)).label("rank")
-        pending = (select(Step.id, rank).where(Step.run_id.in_(run_ids), Step.state == StepState.PENDING)
+        pending = (select(Step.id, rank).where(Step.run_id.in_(idle), Step.state == StepState.PENDING)
                    .subquery())
         ids = list(s.scalars(select(pending.c.id).where(pending.c.rank == 1)))
-        steps = s.scalars(select(Step).where(Step.id.in_(ids))).all() if ids else []
+        query = select(Step).where(Step.id.in_(ids)).options(selectinload(Step.attempts))
+        steps = s.scalars(query).all() if ids else []
         return cls(busy, {st.run_id: st for st in steps})
 
 

@@ -13,6 +13,7 @@ from agents.daemon import Agent, AgentConfig, EventPublisher, LivePublisher, run
 from agents.exporter import AgentCollector, parse_net_path
 from agents.facts import collect_host_facts, declare_dut
 from agents.runner import FioRunner
+from labcontract.errors import ConfigError
 from labcontract.logs import setup_logging
 from labcontract.metrics_http import MetricsServer, split_host_port
 from labcontract.telemetry import DEFAULT_AGENT_METRICS_PORT
@@ -35,6 +36,7 @@ class AgentOptions:
     metrics_bind: str = "0.0.0.0"
     metrics_advertise: str | None = None    # HOST or HOST:PORT announced in the host facts
     net_paths: tuple[str, ...] = ()         # NAME=IFACE, declared network paths
+    wipe_ok: tuple[str, ...] = ()           # DUT names whose on-disk signatures may be destroyed
 
 
 def advertised_address(advertise: str | None, bind: str, port: int) -> str:
@@ -56,6 +58,10 @@ def main(opts: AgentOptions) -> None:
     net_paths = tuple(parse_net_path(spec) for spec in opts.net_paths)
     facts = collect_host_facts(hostname=host, fio_binary=opts.fio_binary)
     duts = tuple(declare_dut(spec, facts.block_devices) for spec in opts.dut_specs)
+    unknown = sorted(set(opts.wipe_ok) - {d.name for d in duts})
+    if unknown:
+        raise ConfigError("--wipe-ok", ",".join(unknown), "names no declared DUT (use the NAME of a --dut)")
+    duts = tuple(d.model_copy(update={"wipe_ok": d.name in opts.wipe_ok}) for d in duts)
     config = AgentConfig(host=host, broker_url=opts.broker_url, state_dir=opts.state_dir, duts=duts,
                          heartbeat_s=opts.heartbeat_s, fio_binary=opts.fio_binary)
     client = redis_client(opts.broker_url)

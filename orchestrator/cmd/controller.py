@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 from types import FrameType
 
+from labcontract.inventory import load_inventory
 from labcontract.logs import setup_logging
 from labcontract.telemetry import DEFAULT_CONTROLLER_METRICS_PORT
 from labcontract.transport import redis_client
@@ -15,22 +16,28 @@ from orchestrator.config import ControllerTuning, LabConfig
 from orchestrator.controller import Controller
 from orchestrator.dispatch import Dispatcher
 from orchestrator.notify import Notifier
+from orchestrator.provisioning import Provisioner
 from orchestrator.store.db import make_engine, migrate, sessions
 
 log = logging.getLogger(__name__)
+DEFAULT_PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 
 def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO",
          metrics_port: int | None = DEFAULT_CONTROLLER_METRICS_PORT, metrics_bind: str = "0.0.0.0",
-         notify_webhooks: tuple[str, ...] = (), notify_files: tuple[Path, ...] = ()) -> None:
+         notify_webhooks: tuple[str, ...] = (), notify_files: tuple[Path, ...] = (),
+         inventory: Path | None = None, playbooks: Path = DEFAULT_PLAYBOOKS) -> None:
     """``metrics_port``: the exporter's port (0: an ephemeral one, logged); None: no exporter."""
     setup_logging(log_level, host="controller")
+    provisioner = None
+    if inventory is not None:          # read once; every problem of it reported now, before anything runs
+        provisioner = Provisioner(load_inventory(inventory), inventory, playbooks, config.lab_dir / "provisioning")
     engine = make_engine(config.db_url)
     migrate(engine)
     dispatcher = Dispatcher(config.broker_url, expires_s=tuning.dispatch_expires_s)
     controller = Controller(sessions(engine), redis_client(config.broker_url), dispatcher,
                             ArtifactStore(config.artifact_dir), tuning,
-                            notifier=Notifier(list(notify_webhooks), list(notify_files)))
+                            notifier=Notifier(list(notify_webhooks), list(notify_files)), provisioner=provisioner)
     server = None
     if metrics_port is not None:
         from prometheus_client import CollectorRegistry

@@ -71,6 +71,8 @@ class Device(Base):
     declared: Mapped[bool] = mapped_column(Boolean, default=True)
     quarantined_at: Mapped[float | None] = mapped_column(Float)
     quarantine_reason: Mapped[str] = mapped_column(Text, default="")
+    wipe_ok: Mapped[bool] = mapped_column(Boolean, default=False)
+    observed: Mapped[dict[str, Any] | None] = mapped_column()    # the interlock's view at the last registration
     host_row: Mapped[Host] = relationship(back_populates="devices")
 
 

@@ -24,6 +24,10 @@ class RecordingDispatcher:
     def start(self, msg: StartStep) -> None:
         self.sent.append(("start", msg.host, msg))
 
+    def start_many(self, msgs: list[StartStep]) -> None:
+        for msg in msgs:
+            self.start(msg)
+
     def cancel(self, host: str, msg: CancelStep) -> None:
         self.sent.append(("cancel", host, msg))
 

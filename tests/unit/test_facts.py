@@ -369,6 +369,8 @@ def test_declare_block_device_from_devices(tmp_path: Path) -> None:
         "serial": "SN123",
         "firmware": "FW1",
         "by_id": "/dev/disk/by-id/lab-SN123",
+        "wipe_ok": False,
+        "observed": None,
     }
     # Through a symlink (as a by-id link would be): resolved, named after the link.
     link = tmp_path / "lab-SN123"
@@ -400,6 +402,8 @@ def test_declare_block_device_via_fake_sysfs(tmp_path: Path) -> None:
         "serial": "FAKE1",
         "firmware": "1.0",
         "by_id": "/dev/disk/by-id/fake-FAKE1",
+        "wipe_ok": False,
+        "observed": None,
     }
 
     _write(sysdir / "size", "0\n")

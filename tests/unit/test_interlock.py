@@ -67,7 +67,7 @@ def test_missing_device() -> None:
 def test_declared_mapping_from_inventory_dicts() -> None:
     dut = il.DeclaredDut.from_mapping({"name": "d", "path": "/dev/loop3", "wipe_ok": "yes"})
     assert dut.wipe_ok is False            # only a real boolean true counts
-    assert dut.allow == ("purge", "op_mode")
+    assert dut.allow == ("purge", "op_mode", "write")
     assert il.DeclaredDut.from_mapping({"path": "/x", "allow": []}).allow == ()
 
 

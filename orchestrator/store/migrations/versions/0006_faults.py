@@ -1,4 +1,4 @@
-"""faults: attempt loss and stop causes, host health and quarantine
+"""faults: attempt loss and stop causes, host health and quarantine, DUT interlock state
 
 Revision ID: 0006
 Revises: 0005
@@ -27,10 +27,14 @@ def upgrade() -> None:
     with op.batch_alter_table("devices") as b:
         b.add_column(sa.Column("quarantined_at", sa.Float(), nullable=True))
         b.add_column(sa.Column("quarantine_reason", sa.Text(), nullable=False, server_default=""))
+        b.add_column(sa.Column("wipe_ok", sa.Boolean(), nullable=False, server_default=sa.false()))
+        b.add_column(sa.Column("observed", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("devices") as b:
+        b.drop_column("observed")
+        b.drop_column("wipe_ok")
         b.drop_column("quarantine_reason")
         b.drop_column("quarantined_at")
     with op.batch_alter_table("hosts") as b:

@@ -1,0 +1,70 @@
+"""A suite with ``phases.provision`` on the one-machine lab: the controller runs the playbooks through
+ansible-runner (connection local, a real loop device): DUT facts before, purge and OP mode per OP mode
+(blkdiscard, footprint), facts after; the results carry what was done as provenance."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.lab import Lab
+from orchestrator.store.db import make_engine, sessions
+from tests.ansible_helpers import local_inventory
+from tests.conftest import LabHandle
+
+pytestmark = pytest.mark.integration
+
+SUITE = """\
+suite: provisioned
+op_modes: [stock, "hp:20"]
+phases: {purge: true, provision: true}
+profiles:
+  - {name: seqread, rw: read, bs: 128k, iodepth: 4, runtime: 1s}
+"""
+
+
+@pytest.fixture
+def provisioned_lab(tmp_path: Path) -> Iterator[tuple[LabHandle, Path]]:
+    lab = Lab(tmp_path / "lab")
+    try:
+        lab.start_redis()
+        dut = lab.make_dut("dut0", 64)
+        assert dut.loop, "needs a loop device (root)"
+        inv = local_inventory(tmp_path / "inv", [{"name": "dut0", "kind": "loop", "path": dut.loop,
+                                                  "allow": ["purge", "op_mode"]}],
+                              lab_state_dir=str(tmp_path / "dut-state"))
+        store = f"sqlite:///{tmp_path / 'lab' / 'store.sqlite'}"
+        controller = lab.start_controller(store, extra=("--inventory", str(inv)))
+        agent = lab.start_agent("localhost", [f"dut0={dut.loop}"])
+        handle = LabHandle(lab, store, sessions(make_engine(store)), "localhost", {"dut0": dut}, controller, agent)
+        handle.wait_registered()
+        yield handle, tmp_path
+    finally:
+        lab.stop()
+
+
+def test_provisioning_steps_run_through_ansible_and_become_provenance(provisioned_lab: tuple[LabHandle, Path]) -> None:
+    lab, tmp_path = provisioned_lab
+    d = lab.wait_run(lab.submit(SUITE), timeout=240)
+    assert d.run.state == "SUCCEEDED", (d.run.reason, [(st.name, st.reason) for st in d.steps])
+    assert [(st.kind, st.name) for st in d.steps] == [
+        ("facts", "facts.before"), ("dut_state", "dut-state.stock"), ("measure", "seqread"),
+        ("dut_state", "dut-state.hp20"), ("measure", "seqread.hp20"), ("facts", "facts.after")]
+    stock, hp = d.steps[1], d.steps[3]
+    assert "purge" in stock.note and "blkdiscard" in stock.note, stock.note
+    assert "footprint" in hp.note and "hp:20" in hp.note, hp.note
+    names = {a.name for a in hp.attempts[0].artifacts}
+    assert {"ansible.log", "dut_state.json"} <= names
+    state = json.loads((tmp_path / "dut-state" / "dut0.json").read_text())
+    assert state["op_mode"] == "hp:20" and state["footprint_bytes"] < 64 << 20
+    result = d.results[d.steps[4].id]
+    assert any("hp:20" in note for note in result.provenance["provisioning"])
+    facts = result.provenance["dut_facts"]
+    assert facts["phase"] == "before" and facts["duts"][0]["name"] == "dut0"
+    shown = lab.labctl("run", "show", d.run.id).stdout
+    assert "provisioned:" in shown and "DUT facts (before): dut0" in shown, shown
+    log = lab.controller.log.read_text()
+    assert f"[run {d.run.id}] [step dut-state.hp20] [host localhost]" in log and "ansible: TASK [Purge DUTs]" in log
