@@ -87,6 +87,8 @@ def simulated_agents(broker: str, n: int, step_s: float, fio_json: bytes, out: A
     fio_art, job_art = Artifact.of("fio.json", fio_json), Artifact.of("job.fio", b"[global]\n")
     ends: list[tuple[float, str, str]] = []
     latencies: list[float] = []
+    gaps: list[float] = []                    # a host's step ended -> its next start received
+    ended_at: dict[str, float] = {}
     hosts = [host_name(i) for i in range(n)]
     dut = DeclaredDut(name="dut0", path="/sim/dut0", kind="file", size_bytes=1 << 30)
     for h in hosts:
@@ -99,6 +101,8 @@ def simulated_agents(broker: str, n: int, step_s: float, fio_json: bytes, out: A
             payload = body[0][0]
             latencies.append(now - float(payload["dispatched_at"]))
             host, att = payload["host"], payload["attempt_id"]
+            if host in ended_at:
+                gaps.append(now - ended_at.pop(host))
             r.xadd(EVENTS_STREAM, {"data": StepStarted(host=host, attempt_id=att, pid=1, fio_started_at=now,
                                                         job_sha256="").model_dump_json()})
             heapq.heappush(ends, (now + step_s, host, att))
@@ -117,13 +121,14 @@ def simulated_agents(broker: str, n: int, step_s: float, fio_json: bytes, out: A
                     ev = StepEnded(host=host, attempt_id=att, outcome="exited", exit_code=0, fio_started_at=_t - step_s,
                                    fio_ended_at=_t, artifacts=(fio_art, job_art))
                     r.xadd(EVENTS_STREAM, {"data": ev.model_dump_json()})
+                    ended_at[host] = time.time()
                 if now - last_beat >= 3:
                     pipe = r.pipeline(transaction=False)
                     for h in hosts:
                         pipe.xadd(EVENTS_STREAM, {"data": Heartbeat(host=h).model_dump_json()})
                     pipe.execute()
                     last_beat = now
-    out.put(latencies)
+    out.put((latencies, gaps))
 
 
 # --- the controller, timed -------------------------------------------------------------------
@@ -191,7 +196,7 @@ def main() -> None:
         wait_for(lambda: runs_done(db) >= args.agents, args.timeout, "every run to end", interval=1.0)
         wall = time.time() - t0
         stop.set()
-        latencies = out.get(timeout=60)
+        latencies, gaps = out.get(timeout=60)
         sim.join(30)
         ctl.stop()
         loop.join(30)
@@ -204,6 +209,8 @@ def main() -> None:
         print(f"dispatch latency  p50      {pct(latencies, 50) * 1000:8.1f} ms   (n={len(latencies)})")
         print(f"dispatch latency  p99      {pct(latencies, 99) * 1000:8.1f} ms   (target <= 100 ms)")
         print(f"dispatch latency  max      {max(latencies) * 1000:8.1f} ms")
+        print(f"step gap          p50/p99  {pct(gaps, 50) * 1000:8.1f} / {pct(gaps, 99) * 1000:.1f} ms   "
+              "(a host's step ended -> its next start received)")
         print(f"scheduler tick    p50      {pct(ctl.ticks, 50) * 1000:8.1f} ms   (n={len(ctl.ticks)})")
         print(f"scheduler tick    p99      {pct(ctl.ticks, 99) * 1000:8.1f} ms")
         print(f"controller pass   p50/p99  {pct(ctl.passes, 50) * 1000:8.1f} / {pct(ctl.passes, 99) * 1000:.1f} ms")

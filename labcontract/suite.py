@@ -437,8 +437,9 @@ def count_steps(cells: list[Cell], phases: Phases) -> int:
         purges += sum(1 for mode in dict.fromkeys(c.op_mode for c in cells)
                       if not any(c.precondition for c in cells if c.op_mode == mode))
     if phases.provision:
-        # facts before and after; the purges become dut_state steps, and each OP mode starts with one
-        purges += 2 + (0 if phases.purge else len(dict.fromkeys(c.op_mode for c in cells)))
+        # the host's provisioning, facts before and after; the purges become dut_state steps, and each
+        # OP mode starts with one
+        purges += 3 + (0 if phases.purge else len(dict.fromkeys(c.op_mode for c in cells)))
     return len(cells) + groups + purges
 
 

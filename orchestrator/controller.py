@@ -727,9 +727,10 @@ class Controller:
                 self._stop_if_quarantined(run, hosts, summary)
             live = [r for r in runs if r.state not in TERMINAL_RUN]
             decision = decide(live, hosts, now, self.host_up, summary)
-            to_send = [self._new_attempt(s, run, step) for run, step in decision.dispatch
+            chosen = decision.dispatch[:self.tuning.dispatch_batch]
+            to_send = [self._new_attempt(s, run, step) for run, step in chosen
                        if not self._interlocked(run, step, hosts.get(run.host))]
-            local = [self._local_step(run, step, msg) for run, step in decision.dispatch
+            local = [self._local_step(run, step, msg) for run, step in chosen
                      for msg in to_send if msg.step_id == step.id and step.kind in LOCAL_KINDS]
         self.dispatcher.start_many([m for m in to_send if m.kind not in LOCAL_KINDS])   # after the commit:
         for job in local:                                                              # watch() heals a crash

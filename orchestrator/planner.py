@@ -25,7 +25,7 @@ from labcontract.suite import (
     with_overrides,
 )
 
-StepKind = Literal["purge", "precondition", "measure", "dut_state", "facts"]
+StepKind = Literal["purge", "precondition", "measure", "provision", "dut_state", "facts"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
     provision = suite.phases.provision
     purge_kind: StepKind = "dut_state" if provision else "purge"
     if provision:
+        add("provision", "provision.host", None, {})
         add("facts", "facts.before", None, {"phase": "before"})
     for op_mode in suite.op_modes:
         cells = [c for c in suite.cells if c.op_mode == op_mode]

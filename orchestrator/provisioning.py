@@ -1,4 +1,5 @@
-"""Steps the controller runs itself, through Ansible (ansible-runner): ``dut_state`` (purge and OP mode
+"""Steps the controller runs itself, through Ansible (ansible-runner): ``provision`` (the host: packages,
+driver, I/O tuning, the agent, ``playbooks/agent.yml``), ``dut_state`` (purge and OP mode
 of the run's DUTs, ``playbooks/dut_state.yml``) and ``facts`` (firmware, driver, health and wear before
 and after the run, ``playbooks/facts.yml``).
 
@@ -23,7 +24,7 @@ from typing import Any
 from labcontract.inventory import Inventory
 
 log = logging.getLogger(__name__)
-LOCAL_KINDS = frozenset({"dut_state", "facts"})
+LOCAL_KINDS = frozenset({"provision", "dut_state", "facts"})
 _DUT_TASKS = ("Purge DUTs", "Set the OP mode")
 
 
@@ -86,9 +87,12 @@ class Provisioner:
         workdir = self.work_dir / step.attempt_id
         shutil.rmtree(workdir, ignore_errors=True)
         (workdir / "out").mkdir(parents=True)
-        if step.kind == "facts":
+        if step.kind == "provision":
+            playbook = "agent.yml"
+            extravars: dict[str, Any] = {"agent_hosts": step.host}
+        elif step.kind == "facts":
             playbook = "facts.yml"
-            extravars: dict[str, Any] = {"facts_hosts": step.host, "facts_phase": step.phase,
+            extravars = {"facts_hosts": step.host, "facts_phase": step.phase,
                                          "facts_dir": str(workdir / "out")}
         else:
             playbook = "dut_state.yml"
@@ -149,6 +153,11 @@ def _dut_results(runner: Any) -> tuple[list[dict[str, Any]], list[str]]:
 def outcome_of(job: _Job) -> LocalOutcome:
     runner = job.runner
     arts = {"ansible.log": ("\n".join(job.lines) + "\n").encode()}
+    if job.kind == "provision":
+        ok = runner.status == "successful"
+        changed = (runner.stats or {}).get("changed", {}).get(job.host, 0)
+        return LocalOutcome(ok=ok, reason="" if ok else f"agent.yml {runner.status} (rc {runner.rc})",
+                            note=f"host {job.host} provisioned by agent.yml ({changed} change(s))", artifacts=arts)
     if job.kind == "facts":
         facts_file = job.workdir / "out" / f"{job.host}.{'after' if 'after' in job.step else 'before'}.json"
         found = sorted((job.workdir / "out").glob(f"{job.host}.*.json"))

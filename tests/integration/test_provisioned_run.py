@@ -26,6 +26,17 @@ profiles:
 """
 
 
+def host_provisioning(root: Path) -> dict[str, object]:
+    """agent.yml on this machine, kept off its /etc, package manager and services: every path it
+    writes is under ``root``; packages and the agent are already installed."""
+    return {"lab_packages_install": False, "lab_agent_install": False, "lab_agent_start": False,
+            "lab_agent_state_dir": str(root / "state"), "lab_agent_log_dir": str(root / "log"),
+            "lab_agent_run_dir": str(root / "run"), "lab_agent_script": str(root / "storagelab-agent-ctl"),
+            "lab_agent_unit_dir": str(root / "units"), "io_tuning_udev_rules_file": str(root / "60-sched.rules"),
+            "io_tuning_udev_reload": False, "io_tuning_sysctl_file": str(root / "60-sysctl.conf"),
+            "io_tuning_sysctl_apply": False}
+
+
 @pytest.fixture
 def provisioned_lab(tmp_path: Path) -> Iterator[tuple[LabHandle, Path]]:
     lab = Lab(tmp_path / "lab")
@@ -35,7 +46,7 @@ def provisioned_lab(tmp_path: Path) -> Iterator[tuple[LabHandle, Path]]:
         assert dut.loop, "needs a loop device (root)"
         inv = local_inventory(tmp_path / "inv", [{"name": "dut0", "kind": "loop", "path": dut.loop,
                                                   "allow": ["purge", "op_mode"]}],
-                              lab_state_dir=str(tmp_path / "dut-state"))
+                              lab_state_dir=str(tmp_path / "dut-state"), **host_provisioning(tmp_path / "host"))
         store = f"sqlite:///{tmp_path / 'lab' / 'store.sqlite'}"
         controller = lab.start_controller(store, extra=("--inventory", str(inv)))
         agent = lab.start_agent("localhost", [f"dut0={dut.loop}"])
@@ -46,21 +57,24 @@ def provisioned_lab(tmp_path: Path) -> Iterator[tuple[LabHandle, Path]]:
         lab.stop()
 
 
-def test_provisioning_steps_run_through_ansible_and_become_provenance(provisioned_lab: tuple[LabHandle, Path]) -> None:
+def test_provisioning_steps_run_through_ansible_and_become_provenance(
+        provisioned_lab: tuple[LabHandle, Path]) -> None:
     lab, tmp_path = provisioned_lab
     d = lab.wait_run(lab.submit(SUITE), timeout=240)
     assert d.run.state == "SUCCEEDED", (d.run.reason, [(st.name, st.reason) for st in d.steps])
     assert [(st.kind, st.name) for st in d.steps] == [
-        ("facts", "facts.before"), ("dut_state", "dut-state.stock"), ("measure", "seqread"),
+        ("provision", "provision.host"), ("facts", "facts.before"),
+        ("dut_state", "dut-state.stock"), ("measure", "seqread"),
         ("dut_state", "dut-state.hp20"), ("measure", "seqread.hp20"), ("facts", "facts.after")]
-    stock, hp = d.steps[1], d.steps[3]
+    assert (tmp_path / "host" / "storagelab-agent-ctl").exists()       # agent.yml ran, on the test's paths
+    stock, hp = d.steps[2], d.steps[4]
     assert "purge" in stock.note and "blkdiscard" in stock.note, stock.note
     assert "footprint" in hp.note and "hp:20" in hp.note, hp.note
     names = {a.name for a in hp.attempts[0].artifacts}
     assert {"ansible.log", "dut_state.json"} <= names
     state = json.loads((tmp_path / "dut-state" / "dut0.json").read_text())
     assert state["op_mode"] == "hp:20" and state["footprint_bytes"] < 64 << 20
-    result = d.results[d.steps[4].id]
+    result = d.results[d.steps[5].id]
     assert any("hp:20" in note for note in result.provenance["provisioning"])
     facts = result.provenance["dut_facts"]
     assert facts["phase"] == "before" and facts["duts"][0]["name"] == "dut0"
