@@ -209,6 +209,11 @@ class FioRunner:
             time.sleep(0.05)
         if self.running(attempt):
             self.signal(attempt, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while self.running(attempt) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self.running(attempt):
+            attempt.file("stopped_at").write_text(f"{time.time()}\n")   # its end, when the wrapper wrote no rc
 
     def overdue(self, attempt: Attempt) -> bool:
         deadline = attempt.state().get("deadline")
@@ -225,6 +230,8 @@ class FioRunner:
                 arts.append(Artifact.of(name, f.read_bytes()))
         launched = st.get("launched_at")
         ended = attempt.file("rc").stat().st_mtime if attempt.file("rc").exists() else None
+        if ended is None and attempt.file("stopped_at").exists():
+            ended = float(attempt.file("stopped_at").read_text())
         cancelled = attempt.file("cancelled")
         if attempt.file("timeout").exists():
             outcome, reason = "timeout", attempt.file("timeout").read_text().strip()

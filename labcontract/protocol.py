@@ -64,7 +64,8 @@ class StartStep(Message):
     action: Literal["fio", "purge"] = "fio"
     devices: tuple[str, ...]     # declared DUT paths on the host (several: a device group)
     job_name: str
-    kind: Literal["purge", "precondition", "measure"] = "measure"   # the step's phase (telemetry)
+    # the step's phase (telemetry); provision / dut_state / facts steps run on the controller, never here
+    kind: Literal["purge", "precondition", "measure", "provision", "dut_state", "facts"] = "measure"
     round: int = 0                                                   # precondition round
     suite: str = ""
     workload: Workload | None = None      # required for action "fio"

@@ -754,6 +754,7 @@ class Controller:
                 att = s.get(Attempt, job.attempt_id)
                 if att is not None and att.state not in TERMINAL_STEP:
                     self._move(att, StepState.FAILED, f"could not start the playbook: {e}")
+                    self._abandon_rest(att.step.run, f"not run: {job.step} failed")
                     self._finish_run_if_done(att.step.run)
 
     def _watch_local(self, s: Session, att: Attempt) -> None:
@@ -776,6 +777,8 @@ class Controller:
             self._move(att, StepState.SUCCEEDED)
         else:
             self._end(att, outcome.reason, cause="lost" if "restarted" in outcome.reason else "error")
+            if att.step.state == StepState.FAILED:    # measuring an unprovisioned device proves nothing
+                self._abandon_rest(att.step.run, f"not run: {att.step.name} failed ({outcome.reason})")
         log.info("%s ended: %s %s", att.step.kind, att.state, att.reason, extra=self._ctx(att))
         self._finish_run_if_done(att.step.run)
 

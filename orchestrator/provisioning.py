@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -62,9 +64,13 @@ class LocalStep:
 
 
 class Provisioner:
-    def __init__(self, inventory: Inventory, inventory_dir: Path, playbooks: Path, work_dir: Path) -> None:
+    def __init__(self, inventory: Inventory, inventory_dir: Path, playbooks: Path, work_dir: Path,
+                 search_path: str = os.defpath) -> None:
+        """``search_path``: the PATH playbooks run with; the ansible-playbook installed beside this
+        Python (the project's venv) goes first."""
         self.inventory, self.inventory_dir, self.playbooks = inventory, inventory_dir, playbooks
         self.work_dir = work_dir
+        self.path = os.pathsep.join([str(Path(sys.executable).parent), search_path])
         self._jobs: dict[str, _Job] = {}
 
     def problems(self, host: str, devices: Sequence[str]) -> list[str]:
@@ -87,6 +93,7 @@ class Provisioner:
         workdir = self.work_dir / step.attempt_id
         shutil.rmtree(workdir, ignore_errors=True)
         (workdir / "out").mkdir(parents=True)
+        (workdir / "runner").mkdir()
         if step.kind == "provision":
             playbook = "agent.yml"
             extravars: dict[str, Any] = {"agent_hosts": step.host}
@@ -114,7 +121,8 @@ class Provisioner:
         thread, runner = ansible_runner.run_async(
             private_data_dir=str(workdir / "runner"), playbook=str(self.playbooks / playbook),
             inventory=str(self.inventory_dir), limit=step.host, extravars=extravars,
-            envvars={"ANSIBLE_CONFIG": str(self.playbooks / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+            envvars={"ANSIBLE_CONFIG": str(self.playbooks / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                     "PATH": self.path},
             event_handler=on_event, quiet=True)
         job.thread, job.runner = thread, runner
         self._jobs[step.attempt_id] = job

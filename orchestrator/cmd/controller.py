@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from pathlib import Path
 from types import FrameType
@@ -31,7 +32,8 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
     setup_logging(log_level, host="controller")
     provisioner = None
     if inventory is not None:          # read once; every problem of it reported now, before anything runs
-        provisioner = Provisioner(load_inventory(inventory), inventory, playbooks, config.lab_dir / "provisioning")
+        provisioner = Provisioner(load_inventory(inventory), inventory, playbooks, config.lab_dir / "provisioning",
+                                  search_path=os.environ.get("PATH", os.defpath))
     engine = make_engine(config.db_url)
     migrate(engine)
     dispatcher = Dispatcher(config.broker_url, expires_s=tuning.dispatch_expires_s)

@@ -25,7 +25,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-REPURGE_SUITE = one_workload(8).replace("profiles:", "phases: {purge: true}\nretry: {max_attempts: 2, "
+REPURGE_SUITE = one_workload(18).replace("profiles:", "phases: {purge: true}\nretry: {max_attempts: 2, "
                                                      "when: [lost], repurge: true}\nprofiles:")
 
 
@@ -60,7 +60,7 @@ def test_agent_killed_until_lost_has_its_orphan_stopped_and_the_step_retried(fre
     # never two at once: the orphan ended before the re-purge began, which ended before the retry began
     assert first.fio_ended_at is not None and repurge.attempts[0].fio_started_at >= first.fio_ended_at
     assert second.fio_started_at >= (repurge.attempts[0].fio_ended_at or 0)
-    assert 7500 <= d.results[step.id].runtime_ms <= 9500      # the retry ran whole
+    assert 17_500 <= d.results[step.id].runtime_ms <= 19_500  # the retry ran whole
 
 
 def test_a_vanished_dut_is_quarantined_until_released(fresh_lab: LabHandle) -> None:
@@ -74,7 +74,7 @@ def test_a_vanished_dut_is_quarantined_until_released(fresh_lab: LabHandle) -> N
             return "QUARANTINED" in out
         wait_for(quarantined, 30, "the DUT to be quarantined", interval=0.5)
         listing = lab.labctl("hosts").stdout
-        assert "present check failed 3 times in a row" in listing, listing
+        assert "present check failed 3" in listing and "has size" in listing, listing     # (wrapped table)
         run_id = lab.submit(one_workload(1))
         queue = lab.labctl("queue").stdout
         assert run_id in queue and "quarantined" in queue, queue

@@ -29,6 +29,7 @@ profiles:
 def host_provisioning(root: Path) -> dict[str, object]:
     """agent.yml on this machine, kept off its /etc, package manager and services: every path it
     writes is under ``root``; packages and the agent are already installed."""
+    root.mkdir(parents=True, exist_ok=True)
     return {"lab_packages_install": False, "lab_agent_install": False, "lab_agent_start": False,
             "lab_agent_state_dir": str(root / "state"), "lab_agent_log_dir": str(root / "log"),
             "lab_agent_run_dir": str(root / "run"), "lab_agent_script": str(root / "storagelab-agent-ctl"),
@@ -64,8 +65,8 @@ def test_provisioning_steps_run_through_ansible_and_become_provenance(
     assert d.run.state == "SUCCEEDED", (d.run.reason, [(st.name, st.reason) for st in d.steps])
     assert [(st.kind, st.name) for st in d.steps] == [
         ("provision", "provision.host"), ("facts", "facts.before"),
-        ("dut_state", "dut-state.stock"), ("measure", "seqread"),
-        ("dut_state", "dut-state.hp20"), ("measure", "seqread.hp20"), ("facts", "facts.after")]
+        ("dut_state", "dut-state.stock"), ("measure", "stock.seqread"),
+        ("dut_state", "dut-state.hp20"), ("measure", "hp20.seqread"), ("facts", "facts.after")]
     assert (tmp_path / "host" / "storagelab-agent-ctl").exists()       # agent.yml ran, on the test's paths
     stock, hp = d.steps[2], d.steps[4]
     assert "purge" in stock.note and "blkdiscard" in stock.note, stock.note
