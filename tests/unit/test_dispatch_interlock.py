@@ -9,7 +9,7 @@ from labcontract import interlock
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.protocol import Register
 from orchestrator.store.models import Run
-from tests.unit.test_faults import submit_text
+from tests.unit.test_fault_logic import submit_text
 
 EXT4 = interlock.ObservedState(path="/dev/loop9", real_path="/dev/loop9",
                                signatures=(interlock.Signature(type="ext4", kind="filesystem", offset="0x438"),))
