@@ -32,7 +32,7 @@ from orchestrator.netlab import BENCH_NET, LabSpec, NetLab, ns_exec, tbf_params
 
 pytestmark = pytest.mark.system
 
-R_MBIT = 300
+R_MBIT = 200            # headroom: at 300 iscsi-perf dipped to 0.88 R once, late in the full suite on 2 vCPUs
 R_GBPS = R_MBIT / 1000
 LUN_SIZE = 64 * 1024 * 1024
 TOOLS = ("ip", "tc", "tgtd", "tgtadm", "nbdkit", "fio", "iscsi-ls", "iscsi-readcapacity16", "iscsi-perf")
