@@ -158,12 +158,7 @@ class Agent:
         if op is None:
             return None
         declared = [interlock.DeclaredDut(name=d.name, path=d.path, wipe_ok=d.wipe_ok) for d in self.config.duts]
-        refusals = []
-        for dut in duts:
-            reasons = interlock.refusal_reasons(dut.path, declared, interlock.observe(dut.path), op)
-            if reasons:
-                refusals.append(interlock.refusal_message(dut.path, op, reasons))
-        return "; ".join(refusals) or None
+        return "; ".join(interlock.refusals([interlock.observe(d.path) for d in duts], declared, op)) or None
 
     def health_checks(self) -> tuple[HealthCheck, ...]:
         every = self.config.health_every

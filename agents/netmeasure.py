@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -41,8 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from labcontract.errors import FioError, ServiceError
-from labcontract.fiojob import PERCENTILES, job_section
+from labcontract.fiojob import PERCENTILES, job_section, workload_lines
 from labcontract.fioresult import StepMetrics, parse_fio_groups
+from labcontract.procs import stop_group
 from labcontract.suite import Workload
 from labcontract.units import format_size
 
@@ -182,21 +182,6 @@ def iscsi_capacity(target: NetPathTarget, *, prefix: Sequence[str] = (), timeout
     return parse_readcapacity16(_tool(prefix, ["iscsi-readcapacity16", target.iscsi_url], timeout))
 
 
-def _stop(proc: subprocess.Popen[bytes], first: signal.Signals, wait: float) -> None:
-    """Send ``first`` to the process group, then SIGKILL if it has not ended within ``wait``."""
-    for sig in (first, signal.SIGKILL):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def iscsi_perf_paths(targets: Sequence[NetPathTarget], *, seconds: float, transfer_blocks: int = 256,
                      max_requests: int = 16, random: bool = False, prefix: Sequence[str] = ()) -> dict[
                          str, IscsiPerfResult]:
@@ -216,7 +201,7 @@ def iscsi_perf_paths(targets: Sequence[NetPathTarget], *, seconds: float, transf
                 proc.wait(max(0.0, deadline - time.monotonic()))
     finally:
         for proc in procs.values():
-            _stop(proc, signal.SIGINT, GRACE_S)
+            stop_group(proc, signal.SIGINT, GRACE_S)
     out = {key: proc.communicate()[0].decode(errors="replace") for key, proc in procs.items()}
     return {t.key: parse_iscsi_perf(out[t.key], path=t.key, mtu=t.mtu) for t in targets}
 
@@ -233,18 +218,6 @@ def methodology_workloads(runtime: int = 60, ramp_time: int = 0) -> tuple[Worklo
         Workload(name="block-64k", rw="randrw", bs=64 * 1024, rwmixread=100, percentage_random=25, **common),
         Workload(name="block-128k", rw="randrw", bs=128 * 1024, rwmixread=100, percentage_random=25, **common),
     )
-
-
-def _nbd_workload_lines(w: Workload) -> list[str]:
-    lines = [f"rw={w.rw}", f"bs={format_size(w.bs)}"]
-    if w.rwmixread is not None:
-        lines.append(f"rwmixread={w.rwmixread}")
-    if w.percentage_random is not None:
-        lines.append(f"percentage_random={w.percentage_random}")
-    lines += [f"iodepth={w.iodepth}", f"numjobs={w.numjobs}"]
-    lines += [opt for on, opt in ((w.refill_buffers, "refill_buffers=1"), (w.norandommap, "norandommap=1"),
-                                  (not w.randrepeat, "randrepeat=0")) if on]
-    return lines
 
 
 def path_section(workload: Workload, path: str) -> str:
@@ -266,7 +239,7 @@ def render_nbd_job(workload: Workload, targets: Sequence[NetPathTarget]) -> str:
     if w.footprint:
         lines.append("size=" + (w.footprint if w.footprint.endswith("%") else format_size(int(w.footprint))))
     lines += ["group_reporting=1", "lat_percentiles=1", "percentile_list=" + ":".join(f"{p:g}" for p in PERCENTILES)]
-    lines += _nbd_workload_lines(w)
+    lines += workload_lines(w)
     for t in targets:
         lines += ["", f"[{path_section(w, t.key)}]", "new_group=1", f"uri={t.nbd_uri}"]
     return "\n".join(lines) + "\n"
@@ -419,7 +392,7 @@ def run_fio_paths(workload: Workload, targets: Sequence[NetPathTarget], workdir:
             rcs = dict(zip(procs, pool.map(lambda p: _wait_or_kill(p, deadline), procs.values()), strict=True))
     finally:
         for proc in procs.values():
-            _stop(proc, signal.SIGKILL, GRACE_S)
+            stop_group(proc, signal.SIGKILL, GRACE_S)
     paths = {t.key: fio_path_result(t, path_section(workload, t.key), (workdir / f"{t.key}.json").read_text(
         errors="replace"), rcs[t.key], t0_ms) for t in targets}
     return FioRun(workload.name, job, paths, path_failures(paths))
@@ -437,7 +410,7 @@ def _wait_or_kill(proc: subprocess.Popen[bytes], deadline: float) -> int | None:
     try:
         return proc.wait(max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        _stop(proc, signal.SIGKILL, GRACE_S)
+        stop_group(proc, signal.SIGKILL, GRACE_S)
         return None
 
 

@@ -35,7 +35,8 @@ def device_section(name: str, index: int) -> str:
     return f"{job_section(name)}.dev{index}"
 
 
-def _workload_lines(w: Workload) -> list[str]:
+def workload_lines(w: Workload) -> list[str]:
+    """A workload's own options (pattern, block size, mix, threads, depth, buffers), engine- and target-free."""
     lines = [f"rw={w.rw}", f"bs={format_size(w.bs)}"]
     if w.rwmixread is not None:
         lines.append(f"rwmixread={w.rwmixread}")
@@ -72,9 +73,9 @@ def render_job(workload: Workload, devices: str | Sequence[str] = DUT_PLACEHOLDE
         "percentile_list=" + ":".join(f"{p:g}" for p in PERCENTILES),
     ]
     if len(devs) == 1:
-        lines += ["", f"[{job_section(w.name)}]", *_workload_lines(w)]
+        lines += ["", f"[{job_section(w.name)}]", *workload_lines(w)]
     else:
-        lines += _workload_lines(w)
+        lines += workload_lines(w)
         for i, dev in enumerate(devs):
             lines += ["", f"[{device_section(w.name, i)}]", "new_group=1", f"filename={dev}"]
     return "\n".join(lines) + "\n"

@@ -171,6 +171,16 @@ def refusal_reasons(device: str, declared: list[DeclaredDut], observed: Observed
     return reasons
 
 
+def refusals(observed: list[ObservedState], declared: list[DeclaredDut], operation: str) -> list[str]:
+    """One message per device of ``observed`` that ``operation`` must not touch (empty: all allowed)."""
+    out = []
+    for obs in observed:
+        reasons = refusal_reasons(obs.path, declared, obs, operation)
+        if reasons:
+            out.append(refusal_message(obs.path, operation, reasons))
+    return out
+
+
 def check(device: str, declared: list[DeclaredDut], observed: ObservedState, operation: str = "purge") -> None:
     """Raise :class:`InterlockRefused` when ``operation`` on ``device`` must not happen."""
     reasons = refusal_reasons(device, declared, observed, operation)

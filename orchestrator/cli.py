@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from labcontract.errors import LabError
-from orchestrator.cli_common import State, fail, fails_cleanly, out
+from orchestrator.cli_common import State, checked_reply, fail, fails_cleanly, out
 from orchestrator.cli_common import sessions_or_fail as _sessions
 from orchestrator.cli_hosts import hosts_app
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
@@ -210,11 +210,7 @@ def _run_command(run: str, done: str, send: Callable[[Any, str], Any]) -> None:
 
     with _sessions()() as s:
         rid = resolve_run_id(s, run)
-    reply = send(ControllerClient(redis_client(State.config.broker_url)), rid)
-    if reply is None:
-        raise LabError("the controller did not answer; is it running?")
-    if not reply.ok:
-        raise LabError("; ".join(reply.errors))
+    checked_reply(send(ControllerClient(redis_client(State.config.broker_url)), rid))
     print(f"{rid} {done}")
 
 
@@ -332,13 +328,11 @@ app.add_typer(schedule_app, name="schedule")
 
 
 def _reply_or_fail(reply: Any, source: str) -> None:
-    from labcontract.errors import LabError as _LabError
     from labcontract.errors import Problem, SubmissionError
 
-    if reply is None:
-        raise _LabError("the controller did not answer; is it running?")
-    if not reply.ok:
+    if reply is not None and not reply.ok:
         raise SubmissionError(source, [Problem("", e) for e in reply.errors])
+    checked_reply(reply)
 
 
 @schedule_app.command("add")

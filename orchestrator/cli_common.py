@@ -41,6 +41,15 @@ def fails_cleanly(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def checked_reply(reply: Any) -> Any:
+    """The controller's reply to a command; LabError when it did not answer or refused (its reasons)."""
+    if reply is None:
+        raise LabError("the controller did not answer; is it running?")
+    if not reply.ok:
+        raise LabError("; ".join(reply.errors))
+    return reply
+
+
 def sessions_or_fail(required: bool = True) -> Any:
     from orchestrator.store.db import make_engine, require_schema, sessions
 

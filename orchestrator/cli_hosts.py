@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from labcontract.errors import InputError, Problem
-from orchestrator.cli_common import State, fail, fails_cleanly, out, sessions_or_fail
+from orchestrator.cli_common import State, checked_reply, fail, fails_cleanly, out, sessions_or_fail
 from orchestrator.config import ControllerTuning
 from orchestrator.fleet import (
     DEFAULT_JOURNAL_UNIT,
@@ -174,13 +174,8 @@ def release(host: Annotated[str, typer.Argument(help="The quarantined host.")],
             device: Annotated[str | None, typer.Option(help="Release only this DUT (name or path); "
                                                             "default: the host and all its DUTs.")] = None) -> None:
     """Return a quarantined host or DUT to scheduling (its failure counts start again from zero)."""
-    from labcontract.errors import LabError
     from labcontract.transport import redis_client
     from orchestrator.client import ControllerClient
 
-    reply = ControllerClient(redis_client(State.config.broker_url)).release(host, device)
-    if reply is None:
-        raise LabError("the controller did not answer; is it running?")
-    if not reply.ok:
-        raise LabError("; ".join(reply.errors))
+    checked_reply(ControllerClient(redis_client(State.config.broker_url)).release(host, device))
     print(f"released {host}{':' + device if device else ''}")

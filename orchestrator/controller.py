@@ -86,6 +86,16 @@ def next_fire(cron: str, after: float) -> float:
     return float(croniter(cron, start).get_next(datetime).timestamp())
 
 
+def step_operation(step: Step) -> str | None:
+    """What a step does to its devices, for the interlock: purge, op_mode, write, or None."""
+    if step.kind in ("provision", "facts"):
+        return None
+    if step.kind == "dut_state":
+        return "purge" if step.cell.get("purge", True) else "op_mode"
+    rw = step.workload.get("rw") if step.workload else None
+    return interlock.destructive_operation("purge" if step.kind == "purge" else "fio", rw)
+
+
 def new_run_id() -> str:
     return time.strftime("r%Y%m%d-") + uuid.uuid4().hex[:6]
 
@@ -727,13 +737,13 @@ class Controller:
                 self._stop_if_quarantined(run, hosts, summary)
             live = [r for r in runs if r.state not in TERMINAL_RUN]
             decision = decide(live, hosts, now, self.host_up, summary)
-            chosen = decision.dispatch[:self.tuning.dispatch_batch]
-            to_send = [self._new_attempt(s, run, step) for run, step in chosen
+            started = [(run, step, self._new_attempt(s, run, step))
+                       for run, step in decision.dispatch[:self.tuning.dispatch_batch]
                        if not self._interlocked(run, step, hosts.get(run.host))]
-            local = [self._local_step(run, step, msg) for run, step in chosen
-                     for msg in to_send if msg.step_id == step.id and step.kind in LOCAL_KINDS]
-        self.dispatcher.start_many([m for m in to_send if m.kind not in LOCAL_KINDS])   # after the commit:
-        for job in local:                                                              # watch() heals a crash
+            to_send = [msg for _run, step, msg in started if step.kind not in LOCAL_KINDS]
+            local = [self._local_step(run, step, msg) for run, step, msg in started if step.kind in LOCAL_KINDS]
+        self.dispatcher.start_many(to_send)       # after the commit: a crash here is healed by watch()
+        for job in local:
             self._start_local(job)
 
     def _local_step(self, run: Run, step: Step, msg: StartStep) -> LocalStep:
@@ -786,22 +796,15 @@ class Controller:
         """The safety interlock before dispatch, on what the agent last observed of each device: a purge
         or a writing step on a device that is mounted, in use, carries a signature (unless wipe_ok) or
         backs the root filesystem fails here, naming the device and the reasons; nothing is sent."""
-        rw = step.workload.get("rw") if step.workload else None
-        purges = step.kind == "purge" or (step.kind == "dut_state" and step.cell.get("purge", True))
-        op = "op_mode" if step.kind == "dut_state" and not purges else \
-            interlock.destructive_operation("purge" if purges else "fio", rw) if step.kind != "facts" else None
+        op = step_operation(step)
         if op is None or host is None:
             return False
         declared = [interlock.DeclaredDut(name=d.name, path=d.path, wipe_ok=d.wipe_ok)
                     for d in host.devices if d.declared]
-        refusals = []
-        for path in run.devices or [run.device]:
-            dev = find_device(host, path)
-            if dev is None or dev.observed is None:
-                continue                          # not observed (an older agent): the agent checks at start
-            reasons = interlock.refusal_reasons(path, declared, interlock.observed_from_dict(dev.observed), op)
-            if reasons:
-                refusals.append(interlock.refusal_message(path, op, reasons))
+        # a device not observed (an older agent) is judged by the agent at start
+        observed = [interlock.observed_from_dict(dev.observed) for path in run.devices or [run.device]
+                    if (dev := find_device(host, path)) is not None and dev.observed is not None]
+        refusals = interlock.refusals(observed, declared, op)
         if not refusals:
             return False
         why = "interlock: " + "; ".join(refusals)

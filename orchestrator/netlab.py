@@ -26,7 +26,6 @@ import ipaddress
 import os
 import random
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -39,6 +38,7 @@ from functools import partial
 from pathlib import Path
 
 from labcontract.errors import ConfigError, ServiceError
+from labcontract.procs import stop_group
 
 BENCH_NET = ipaddress.IPv4Network("198.18.128.0/20")
 PATH_NAMES = ("a", "b")
@@ -327,7 +327,7 @@ class NetLab:
 
     def close(self) -> None:
         for name in reversed(list(self._procs)):
-            _stop(self._procs.pop(name))
+            stop_group(self._procs.pop(name))  # tgtd / nbdkit ignore SIGTERM while a connection is stuck
         for ns in reversed(self._namespaces):
             _run(["ip", "netns", "del", ns], check=False)
         self._namespaces.clear()
@@ -348,25 +348,6 @@ class NetLab:
         if self.control_port and (TGTD_SOCKET_DIR / f"socket.{self.control_port}").exists():
             left.append(f"tgtd socket {self.control_port}")
         return left
-
-
-def _stop(proc: subprocess.Popen[bytes], timeout: float = 1.5) -> None:
-    """SIGTERM the process group we started (its own session), SIGKILL if it lingers.
-
-    tgtd and nbdkit ignore SIGTERM while a connection is stuck on a downed path, so the
-    SIGTERM gets a short wait only."""
-    if proc.poll() is not None:
-        return
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, timeout)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def ns_exec(ns: str, args: Sequence[str]) -> list[str]:
