@@ -22,7 +22,7 @@ from agents.live import LiveReader
 from agents.runner import Attempt, FioRunner
 from labcontract import __version__, interlock
 from labcontract.errors import DeviceRefused, FioError, LabError, ProtocolError
-from labcontract.facts import DeclaredDut, HostFacts
+from labcontract.facts import DeclaredDut, HostFacts, NetPathDecl
 from labcontract.live import LiveStatus
 from labcontract.protocol import (
     EVENTS_STREAM,
@@ -60,6 +60,8 @@ class AgentConfig:
     live_s: float = 1.0              # live status (exporter, lab:live:<host>) refreshed this often
     health_every: int = 1            # health checks ride on every Nth heartbeat (0: none)
     smart_every: int = 20            # ... and SMART / NVMe smart-log on every Nth heartbeat
+    net_paths: tuple[NetPathDecl, ...] = ()   # declared network paths (network steps name them)
+    manage_mtu: bool = False         # a network step sets its paths' MTU (else it only checks it)
 
 
 class EventPublisher:
@@ -284,6 +286,9 @@ class Agent:
             logger.error("refused attempt %s: %s", msg.attempt_id, reason)
             self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
             return
+        if msg.action == "net":
+            self._start_net(msg, logger)
+            return
         duts, refusals = [], []
         for device in msg.devices:
             try:
@@ -321,6 +326,50 @@ class Agent:
                 self.publish(self._started_event(attempt))
             else:
                 logger.info("attempt %s already known; start ignored (redelivery)", msg.attempt_id)
+                self._report(attempt)
+
+    def net_paths_for(self, msg: StartStep) -> tuple[list[NetPathDecl], list[str]]:
+        """The declared paths a network step names, and what is wrong with the request."""
+        declared = {p.name: p for p in self.config.net_paths}
+        problems, paths = [], []
+        if msg.net is None:
+            return [], ["a network step without its net part"]
+        for name in msg.net.paths:
+            p = declared.get(name)
+            if p is None:
+                problems.append(f"path {name!r} is not declared on this host (declared: "
+                                f"{', '.join(declared) or 'none'}; agent --net-path NAME=IFACE[@PEER])")
+            elif msg.net.role == "initiator" and not p.peer:
+                problems.append(f"path {name!r} ({p.iface}) declares no peer address (the target's portal: "
+                                f"--net-path {name}={p.iface}@ADDRESS)")
+            else:
+                paths.append(p)
+        return paths, problems
+
+    def _start_net(self, msg: StartStep, logger: logging.LoggerAdapter[logging.Logger]) -> None:
+        paths, problems = self.net_paths_for(msg)
+        if problems:
+            reason = "; ".join(problems)
+            self.note_error()
+            logger.error("refused attempt %s: %s", msg.attempt_id, reason)
+            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
+            return
+        with self._lock:
+            try:
+                attempt, launched = self.runner.start(msg, (), paths, manage_mtu=self.config.manage_mtu)
+            except FioError as e:
+                self.note_error()
+                logger.error("attempt %s could not start: %s", msg.attempt_id, e)
+                known = self.runner.get(msg.attempt_id)
+                if known is not None:
+                    self._report_end(known)
+                return
+            if launched:
+                assert msg.net is not None
+                logger.info("attempt %s: network step (%s, %s) on path(s) %s, starting at %.3f", msg.attempt_id,
+                            msg.net.role, msg.net.tool, ", ".join(p.name for p in paths), msg.net.start_at)
+                self.publish(self._started_event(attempt))
+            else:
                 self._report(attempt)
 
     def cancel_step(self, payload: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ round running).
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -23,13 +24,14 @@ from prometheus_client.registry import Collector
 
 from labcontract import telemetry as T
 from labcontract.errors import ConfigError
+from labcontract.facts import NetPathDecl
 from labcontract.live import LiveStatus
 from labcontract.metrics_http import Family, counter, gauge, info
 
 if TYPE_CHECKING:
     from agents.daemon import Agent
 
-__all__ = ["PHASES", "AgentCollector", "parse_net_path"]
+__all__ = ["PHASES", "AgentCollector", "parse_net_decl", "parse_net_path"]
 
 PHASES = ("purge", "precondition", "measure")
 SYS_CLASS_NET = Path("/sys/class/net")
@@ -37,12 +39,25 @@ NS = 1e-9
 
 
 def parse_net_path(spec: str) -> tuple[str, str]:
-    """``NAME=IFACE`` (a declared network path, e.g. ``nvmeof-a=ens1f0``) -> ``(NAME, IFACE)``."""
-    name, sep, iface = spec.partition("=")
-    name, iface = name.strip(), iface.strip()
+    """``NAME=IFACE[@PEER]`` (a declared network path, e.g. ``a=ens1f0@10.30.1.20``) -> ``(NAME, IFACE)``."""
+    decl = parse_net_decl(spec)
+    return decl.name, decl.iface
+
+
+def parse_net_decl(spec: str) -> NetPathDecl:
+    """``NAME=IFACE[@PEER]``: the path's name (as suites name it), its interface, and the address of
+    the far end (on an initiator: the target's portal on that path)."""
+    name, sep, rest = spec.partition("=")
+    iface, _at, peer = rest.partition("@")
+    name, iface, peer = name.strip(), iface.strip(), peer.strip()
     if not sep or not name or not iface or "/" in iface:
-        raise ConfigError("--net-path", spec, "expected NAME=IFACE (an interface of /sys/class/net)")
-    return name, iface
+        raise ConfigError("--net-path", spec, "expected NAME=IFACE[@PEER] (an interface of /sys/class/net)")
+    if peer:
+        try:
+            ipaddress.ip_address(peer)
+        except ValueError:
+            raise ConfigError("--net-path", spec, f"{peer!r} is not an IP address") from None
+    return NetPathDecl(name=name, iface=iface, peer=peer or None)
 
 
 def _read_counter(path: Path) -> int | None:

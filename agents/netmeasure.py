@@ -307,6 +307,7 @@ class FioRun:
     job: str
     paths: dict[str, FioPathResult]
     failures: tuple[PathFailure, ...]
+    t0: float = 0.0             # epoch seconds when the fio processes were started (samples count from here)
 
     def summary(self) -> dict[str, Any]:
         """Plain data for the store: per-path and total Gbps, IOPS, mean latency, MTU, failures."""
@@ -395,7 +396,7 @@ def run_fio_paths(workload: Workload, targets: Sequence[NetPathTarget], workdir:
             stop_group(proc, signal.SIGKILL, GRACE_S)
     paths = {t.key: fio_path_result(t, path_section(workload, t.key), (workdir / f"{t.key}.json").read_text(
         errors="replace"), rcs[t.key], t0_ms) for t in targets}
-    return FioRun(workload.name, job, paths, path_failures(paths))
+    return FioRun(workload.name, job, paths, path_failures(paths), t0_ms / 1000.0)
 
 
 def _start_fio(workdir: Path, section: str, key: str, prefix: Sequence[str]) -> subprocess.Popen[bytes]:

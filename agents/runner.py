@@ -29,6 +29,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,14 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labcontract.errors import FioError
-from labcontract.facts import DeclaredDut
+from labcontract.facts import DeclaredDut, NetPathDecl
 from labcontract.fiojob import render_job
 from labcontract.protocol import Artifact, StartStep, StepEnded
 
 log = logging.getLogger(__name__)
 
 _WRAPPER = '"$@" >fio.stdout 2>fio.stderr; echo $? >rc.tmp; mv rc.tmp rc'
-ARTIFACTS = ("job.fio", "fio.json", "fio.stderr", "purge.sh")
+ARTIFACTS = ("job.fio", "fio.json", "fio.stderr", "purge.sh", "net-spec.json", "net.json")
 
 
 def purge_script(duts: Sequence[DeclaredDut]) -> str:
@@ -57,6 +58,15 @@ def purge_script(duts: Sequence[DeclaredDut]) -> str:
             lines.append(f"fallocate --punch-hole --offset 0 --length {d.size_bytes} {shlex.quote(d.path)}")
     return "\n".join(lines) + "\n"
 KILL_GRACE_S = 5.0
+
+
+def net_spec(msg: StartStep, paths: Sequence[NetPathDecl], *, manage_mtu: bool) -> str:
+    """The input of ``agents.netstep``: the message's network part with its paths resolved."""
+    if msg.net is None or msg.workload is None:
+        raise FioError(f"attempt {msg.attempt_id}: a network step without its net part or workload")
+    return json.dumps({**msg.net.model_dump(mode="json"), "host": msg.host, "manage_mtu": manage_mtu,
+                       "workload": msg.workload.model_dump(mode="json"),
+                       "paths": [p.model_dump(mode="json") for p in paths]}, indent=1)
 
 
 def _proc_start_ticks(pid: int) -> int | None:
@@ -133,10 +143,11 @@ class FioRunner:
                 out.append(a)
         return out
 
-    def start(self, msg: StartStep, duts: Sequence[DeclaredDut]) -> tuple[Attempt, bool]:
-        """Launch the attempt's process (fio, or the purge script); idempotent.
-        ``duts`` are the declared DUTs the message names, already checked by the agent.
-        Returns (attempt, launched_now)."""
+    def start(self, msg: StartStep, duts: Sequence[DeclaredDut], net_paths: Sequence[NetPathDecl] = (),
+              *, manage_mtu: bool = False) -> tuple[Attempt, bool]:
+        """Launch the attempt's process (fio, the purge script, or a network step); idempotent.
+        ``duts`` are the declared DUTs the message names, already checked by the agent; ``net_paths``
+        the declared paths a network step names. Returns (attempt, launched_now)."""
         existing = self.get(msg.attempt_id)
         if existing is not None:
             return existing, False
@@ -148,6 +159,10 @@ class FioRunner:
             job = purge_script(duts)
             (tmp / "purge.sh").write_text(job)
             argv = ["/bin/sh", "purge.sh"]
+        elif msg.action == "net":
+            job = net_spec(msg, net_paths, manage_mtu=manage_mtu)
+            (tmp / "net-spec.json").write_text(job)
+            argv = [sys.executable, "-m", "agents.netstep", "net-spec.json", "net.json"]
         else:
             if msg.workload is None:
                 raise FioError(f"attempt {msg.attempt_id}: a fio step without a workload")

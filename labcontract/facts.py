@@ -23,6 +23,18 @@ class BlockDevice(BaseModel):
     backing_file: str | None = None  # for loop devices
 
 
+class NetPathDecl(BaseModel):
+    """A network path an agent declares (``--net-path NAME=IFACE[@PEER]``): its interface, the address
+    of the far end (an initiator's target portal), and the interface's MTU when the agent started."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    iface: str
+    peer: str | None = None
+    mtu: int | None = None
+
+
 class HostFacts(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -36,6 +48,7 @@ class HostFacts(BaseModel):
     fio_version: str | None = None      # "fio-3.33"
     block_devices: tuple[BlockDevice, ...] = ()
     metrics_address: str | None = None  # "host:port" of the agent's Prometheus exporter, as reachable
+    net_paths: tuple[NetPathDecl, ...] = ()   # declared network paths (network tests)
 
 
 class DeclaredDut(BaseModel):

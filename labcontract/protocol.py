@@ -27,8 +27,9 @@ from labcontract.errors import ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.suite import Workload
 
-PROTOCOL_VERSION = 3   # 2: StartStep carries an action and a device list (device groups, purge)
+PROTOCOL_VERSION = 4   # 2: StartStep carries an action and a device list (device groups, purge)
                        # 3: heartbeats carry health checks; an attempt can end in "timeout"; Release
+                       # 4: action "net" (network steps started together on several hosts); Submit initiators
 
 TASK_START = "lab.agent.start_step"
 TASK_CANCEL = "lab.agent.cancel_step"
@@ -56,19 +57,38 @@ class Message(BaseModel):
 
 # --- controller -> agent ----------------------------------------------------------------
 
+class NetStart(BaseModel):
+    """What a network step measures on one host. ``paths`` are names the host declares (agent
+    ``--net-path``); the agent resolves them to its interfaces and peer addresses."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["target", "initiator"]
+    paths: tuple[str, ...]
+    mtu: int
+    tool: Literal["fio", "iscsi"] = "fio"
+    start_at: float              # epoch seconds: every host of the step starts its tools then
+    seconds: int                 # the target's counting window (the initiators': their workload's)
+    iqn: str | None = None
+    lun: int = 1
+    iscsi_port: int = 3260
+    nbd_port: int = 10809
+
+
 class StartStep(Message):
     run_id: str
     step_id: str
     attempt_id: str
     host: str
-    action: Literal["fio", "purge"] = "fio"
-    devices: tuple[str, ...]     # declared DUT paths on the host (several: a device group)
+    action: Literal["fio", "purge", "net"] = "fio"
+    devices: tuple[str, ...]     # declared DUT paths on the host (several: a device group); none for "net"
     job_name: str
     # the step's phase (telemetry); provision / dut_state / facts steps run on the controller, never here
-    kind: Literal["purge", "precondition", "measure", "provision", "dut_state", "facts"] = "measure"
+    kind: Literal["purge", "precondition", "measure", "provision", "dut_state", "facts", "net"] = "measure"
     round: int = 0                                                   # precondition round
     suite: str = ""
-    workload: Workload | None = None      # required for action "fio"
+    workload: Workload | None = None      # required for actions "fio" and "net"
+    net: NetStart | None = None           # required for action "net"
     status_interval_s: int | None = None  # fio --status-interval: per-second series and live telemetry
     timeout_s: int               # the agent stops the process past this
     dispatched_at: float
@@ -208,8 +228,9 @@ class Submit(Message):
     run_id: str
     suite_source: str              # file name, for error messages
     suite_text: str
-    host: str
-    devices: tuple[str, ...]       # one, or the members of a device group
+    host: str                      # a network suite: the target
+    devices: tuple[str, ...]       # one, or the members of a device group; none for a network suite
+    initiators: tuple[str, ...] = ()   # a network suite: its initiator hosts (else the suite's own)
     runtime_override: int | None = None
     scale: float | None = None
     live: bool = True              # per-second snapshots (live telemetry, series) for every fio step

@@ -183,6 +183,42 @@ class Retry(BaseModel):
     repurge: bool = False          # purge the devices again before retrying a precondition or measurement
 
 
+NetTool = Literal["fio", "iscsi"]
+PathMode = Literal["single", "multi"]
+NET_MTUS = (1500, 9000)
+
+
+class Network(BaseModel):
+    """A multi-host network test (methodology section 6): a target, its initiators, the paths between them.
+
+    ``mtu`` and ``multipath`` are dimensions: every profile runs at each MTU, over the first path alone
+    (``single``) and over all of them (``multi``). ``target`` and ``initiators`` may be left to the
+    submission (``labctl submit --host TARGET --initiator HOST``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: Annotated[str, Field(pattern=_NAME.pattern)] | None = None
+    initiators: tuple[Annotated[str, Field(pattern=_NAME.pattern)], ...] = ()
+    paths: Annotated[tuple[Annotated[str, Field(pattern=_NAME.pattern)], ...], Field(min_length=1, max_length=8)]
+    mtu: Annotated[tuple[Literal[1500, 9000], ...], Field(min_length=1)] = (1500,)
+    multipath: Annotated[tuple[PathMode, ...], Field(min_length=1)] = ("multi",)
+    tool: NetTool = "fio"          # fio: nbd engine, any workload; iscsi: iscsi-perf, reads only
+    iqn: str | None = None         # default: the one target the portals announce (SendTargets)
+    lun: Annotated[int, Field(ge=0, le=16383)] = 1
+    nbd_port: Annotated[int, Field(ge=1, le=65535)] = 10809
+    iscsi_port: Annotated[int, Field(ge=1, le=65535)] = 3260
+
+    @field_validator("paths", "mtu", "multipath", "initiators")
+    @classmethod
+    def _unique(cls, v: tuple[Any, ...]) -> tuple[Any, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError("a value is listed twice")
+        return v
+
+    def paths_for(self, mode: str) -> tuple[str, ...]:
+        return self.paths[:1] if mode == "single" else self.paths
+
+
 class SuiteDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -194,6 +230,7 @@ class SuiteDocument(BaseModel):
     defaults: WorkloadOptions = WorkloadOptions()
     phases: Phases = Phases()
     retry: Retry = Retry()
+    network: Network | None = None
     profiles: Annotated[list[ProfileEntry], Field(min_length=1)]
 
     @field_validator("op_modes")
@@ -232,6 +269,7 @@ class Suite(BaseModel):
     phases: Phases
     cells: tuple[Cell, ...]
     retry: Retry = Retry()
+    network: Network | None = None
     source: str
     source_text: str
 
@@ -264,7 +302,7 @@ def op_footprint(op_mode: str, footprint: str | None) -> tuple[str | None, str]:
 
 def cell_name(profile: str, dims: dict[str, Any], op_mode: str, n_op_modes: int) -> str:
     abbr = {"numjobs": "t", "iodepth": "q", "rwmixread": "r", "percentage_random": "rand", "bs": "", "rw": "",
-            "runtime": "s"}
+            "runtime": "s", "mtu": "mtu", "paths": ""}
     parts = [profile]
     for k, v in dims.items():
         value = format_size(v) if k == "bs" else str(v).lower()
@@ -343,52 +381,89 @@ def _expand(doc: SuiteDocument) -> tuple[list[Cell], list[Problem]]:
     cells: list[Cell] = []
     defaults = doc.defaults.model_dump(exclude_none=True)
     names: set[str] = set()
-    for op_mode in doc.op_modes:
-        for i, prof in enumerate(doc.profiles):
-            where = f"profiles[{i}]"
-            fixed = {**defaults, **prof.model_dump(exclude_none=True,
-                                                   exclude={"name", "sweep", "ladder", "precondition"})}
-            dims: dict[str, list[Any]] = {}
-            for section, mapping in (("sweep", prof.sweep), ("ladder", prof.ladder)):
-                for key, values in mapping.items():
-                    if key in dims:
-                        problems.append(Problem(f"{where}.{section}.{key}", "swept twice (in sweep and ladder)"))
-                        continue
-                    if key in prof.model_fields_set:
-                        problems.append(Problem(f"{where}.{section}.{key}", "also set as a fixed option of "
-                                                                             "the profile"))
-                    vals, probs = _dimension_values(f"{where}.{section}", key, list(values))
-                    problems += probs
-                    dims[key] = vals
-            if any(not v for v in dims.values()):
-                continue
-            for combo in itertools.product(*dims.values()):
-                point = dict(zip(dims, combo, strict=True))
-                merged = {**fixed, **point}
-                for key in ("rw", "bs"):
-                    if key not in merged:
-                        problems.append(Problem(f"{where}.{key}", "required key is missing (here, in a sweep "
-                                                                  "or in defaults)"))
-                if "rw" not in merged or "bs" not in merged:
-                    break
-                rw = merged["rw"]
-                if rw in PURE and merged.get("rwmixread") is not None:
-                    problems.append(Problem(f"{where}.rwmixread", f"contradicts rw={rw} (only mixed modes "
-                                                                   f"{'/'.join(MIXED)} take a read share)"))
-                    break
-                if rw in MIXED:
-                    merged.setdefault("rwmixread", 50)
-                fp, _note = op_footprint(op_mode, merged.get("footprint"))
-                merged["footprint"] = fp
-                name = cell_name(prof.name, point, op_mode, len(doc.op_modes))
-                if name in names:
-                    problems.append(Problem(f"{where}.name", f"duplicate profile name {prof.name!r}"))
-                    break
-                names.add(name)
-                cells.append(Cell(profile=prof.name, op_mode=op_mode, dims=point,
-                                  workload=Workload.model_validate({**merged, "name": name}),
-                                  precondition=prof.precondition and doc.phases.precondition is not None))
+    net = doc.network
+    outer: list[dict[str, Any]] = [{}] if net is None else [
+        {"mtu": m, "paths": mode} for m in net.mtu for mode in net.multipath]
+    for op_mode, net_dims, (i, prof) in itertools.product(doc.op_modes, outer, enumerate(doc.profiles)):
+        where = f"profiles[{i}]"
+        fixed = {**defaults, **prof.model_dump(exclude_none=True,
+                                               exclude={"name", "sweep", "ladder", "precondition"})}
+        dims: dict[str, list[Any]] = {}
+        for section, mapping in (("sweep", prof.sweep), ("ladder", prof.ladder)):
+            for key, values in mapping.items():
+                if key in dims:
+                    problems.append(Problem(f"{where}.{section}.{key}", "swept twice (in sweep and ladder)"))
+                    continue
+                if key in prof.model_fields_set:
+                    problems.append(Problem(f"{where}.{section}.{key}", "also set as a fixed option of "
+                                                                         "the profile"))
+                vals, probs = _dimension_values(f"{where}.{section}", key, list(values))
+                problems += probs
+                dims[key] = vals
+        if any(not v for v in dims.values()):
+            continue
+        for combo in itertools.product(*dims.values()):
+            point = {**net_dims, **dict(zip(dims, combo, strict=True))}
+            merged = {**fixed, **dict(zip(dims, combo, strict=True))}
+            for key in ("rw", "bs"):
+                if key not in merged:
+                    problems.append(Problem(f"{where}.{key}", "required key is missing (here, in a sweep "
+                                                              "or in defaults)"))
+            if "rw" not in merged or "bs" not in merged:
+                break
+            rw = merged["rw"]
+            if rw in PURE and merged.get("rwmixread") is not None:
+                problems.append(Problem(f"{where}.rwmixread", f"contradicts rw={rw} (only mixed modes "
+                                                               f"{'/'.join(MIXED)} take a read share)"))
+                break
+            if rw in MIXED:
+                merged.setdefault("rwmixread", 50)
+            if net is not None and net.tool == "iscsi" and not _iscsi_readable(merged):
+                problems.append(Problem(f"{where}.rw", "network.tool iscsi (iscsi-perf) only reads, sequentially "
+                                                       "or at random: rw read or randread (or randrw with "
+                                                       "rwmixread 100 and percentage_random 0 or 100)"))
+                break
+            fp, _note = op_footprint(op_mode, merged.get("footprint"))
+            merged["footprint"] = fp
+            name = cell_name(prof.name, point, op_mode, len(doc.op_modes))
+            if name in names:
+                problems.append(Problem(f"{where}.name", f"duplicate profile name {prof.name!r}"))
+                break
+            names.add(name)
+            cells.append(Cell(profile=prof.name, op_mode=op_mode, dims=point,
+                              workload=Workload.model_validate({**merged, "name": name}),
+                              precondition=prof.precondition and doc.phases.precondition is not None))
     return cells, problems
+
+
+def _iscsi_readable(merged: dict[str, Any]) -> bool:
+    rw = merged.get("rw")
+    if rw in ("read", "randread"):
+        return True
+    return rw == "randrw" and merged.get("rwmixread") == 100 and merged.get("percentage_random") in (None, 0, 100)
+
+
+def _network_problems(data: dict[str, Any]) -> list[Problem]:
+    """What a network suite may not combine (its steps measure paths, not a local DUT); judged on the raw
+    mapping so that it is reported together with any other problem of the file."""
+    net = data.get("network")
+    if not isinstance(net, dict):
+        return []
+    problems = []
+    if data.get("op_modes", ["stock"]) != ["stock"]:
+        problems.append(Problem("op_modes", "a network suite runs in stock mode only (OP modes are a DUT's "
+                                            "property; provision the target's backing store instead)"))
+    raw_phases = data.get("phases")
+    phases: dict[str, Any] = raw_phases if isinstance(raw_phases, dict) else {}
+    for key in ("purge", "precondition", "provision"):
+        if phases.get(key):
+            problems.append(Problem(f"phases.{key}", "not available in a network suite (the initiators do not own "
+                                                     "the target's devices)"))
+    raw_inis = net.get("initiators")
+    inis: list[Any] = raw_inis if isinstance(raw_inis, list) else []
+    if net.get("target") is not None and net.get("target") in inis:
+        problems.append(Problem("network.initiators", f"{net['target']} is also the target"))
+    return problems
 
 
 def _cross_checks(data: dict[str, Any]) -> list[Problem]:
@@ -428,9 +503,12 @@ def starts_precondition_group(cells: Sequence[Cell], i: int) -> bool:
     return (prev.op_mode, prev.profile, prev.workload.identity) != (c.op_mode, c.profile, c.workload.identity)
 
 
-def count_steps(cells: list[Cell], phases: Phases) -> int:
+def count_steps(cells: list[Cell], phases: Phases, network: Network | None = None) -> int:
     """Planned steps, as the planner makes them: measured cells; per precondition group a precondition
-    (and a purge); a purge per OP mode without preconditioning when the suite purges."""
+    (and a purge); a purge per OP mode without preconditioning when the suite purges. A network cell is
+    one step per host (the target and each initiator; one initiator when the submission names them)."""
+    if network is not None:
+        return len(cells) * (1 + max(len(network.initiators), 1))
     groups = sum(starts_precondition_group(cells, i) for i in range(len(cells)))
     purges = groups if phases.purge else 0
     if phases.purge:
@@ -460,12 +538,12 @@ def parse_suite(text: str, source: str) -> Suite:
     except ValidationError as e:
         problems += problems_from(e)
         doc, kept = _valid_part(data, e)
-    problems += _cross_checks(data)
+    problems += _cross_checks(data) + _network_problems(data)
     if doc is None:
         raise SuiteError(source, _dedupe(problems))
     cells, expand_problems = _expand(doc)
     problems += [p for p in map(lambda p: _renumber(p, kept), expand_problems) if p not in problems]
-    steps = count_steps(cells, doc.phases)
+    steps = count_steps(cells, doc.phases, doc.network)
     if steps > doc.cell_limit:
         problems.append(Problem("cell_limit", f"the suite expands to {steps} steps ({len(cells)} measured "
                                               f"cells), over the limit of {doc.cell_limit}"))
@@ -473,7 +551,8 @@ def parse_suite(text: str, source: str) -> Suite:
         raise SuiteError(source, _dedupe(problems))
     return Suite(name=doc.suite, description=doc.description,
                  devices=None if doc.devices == "any" else doc.devices, op_modes=tuple(doc.op_modes),
-                 cell_limit=doc.cell_limit, phases=doc.phases, cells=tuple(cells), retry=doc.retry, source=source,
+                 cell_limit=doc.cell_limit, phases=doc.phases, cells=tuple(cells), retry=doc.retry,
+                 network=doc.network, source=source,
                  source_text=text)
 
 

@@ -42,10 +42,17 @@ def celery_settings(broker_url: str) -> dict[str, Any]:
     }
 
 
+def redis_py_url(url: str) -> str:
+    """Kombu names a unix-socket broker ``redis+socket:///path``; redis-py ``unix:///path``."""
+    if url.startswith("redis+socket://"):
+        return "unix://" + url[len("redis+socket://"):]
+    return url
+
+
 def redis_client(url: str) -> redis.Redis:
     """A client for the events/commands streams, with explicit socket timeouts."""
     return redis.Redis.from_url(
-        url,
+        redis_py_url(url),
         socket_timeout=SOCKET_TIMEOUT,
         socket_connect_timeout=SOCKET_CONNECT_TIMEOUT,
         health_check_interval=10,

@@ -28,11 +28,13 @@ from labcontract.protocol import (
 )
 from labcontract.suite import Suite, load_suite
 from orchestrator.controller import new_run_id, submission_problems
+from orchestrator.netgroups import net_problems
 
 
 def check_submission(ref: str, host: str, devices: Sequence[str],
-                     sessions: sessionmaker[Session] | None) -> Suite:
-    """Every problem with a submission at once: the suite's and the target's."""
+                     sessions: sessionmaker[Session] | None, initiators: Sequence[str] = ()) -> Suite:
+    """Every problem with a submission at once: the suite's and the target's (a network suite: its
+    target, initiators and paths)."""
     problems: list[Problem] = []
     suite = None
     source = ref
@@ -42,7 +44,15 @@ def check_submission(ref: str, host: str, devices: Sequence[str],
     except SuiteError as e:
         problems += e.problems
         source = e.source
-    if sessions is not None:
+    if suite is not None and suite.network is not None:
+        if devices:
+            problems.append(Problem("--device", "a network suite measures paths, not DUTs: name no device"))
+        if sessions is not None:
+            with sessions() as s:
+                problems += net_problems(s, suite, host or None, initiators)
+    elif initiators:
+        problems.append(Problem("--initiator", "only a network suite (key network) takes initiators"))
+    elif sessions is not None:
         with sessions() as s:
             problems += submission_problems(s, host, devices, suite)
     if problems or suite is None:
@@ -66,11 +76,13 @@ class ControllerClient:
 
     def submit(self, suite: Suite, host: str, devices: Sequence[str], runtime: int | None = None,
                scale: float | None = None, live: bool = True, *, priority: int = 0,
-               not_before: float | None = None, expires_at: float | None = None) -> tuple[str, Reply | None]:
+               not_before: float | None = None, expires_at: float | None = None,
+               initiators: Sequence[str] = ()) -> tuple[str, Reply | None]:
         run_id = new_run_id()
         reply_to = REPLY_PREFIX + uuid.uuid4().hex
         cmd = Submit(run_id=run_id, suite_source=suite.source, suite_text=suite.source_text, host=host,
-                     devices=tuple(devices), runtime_override=runtime, scale=scale, live=live, priority=priority,
+                     devices=tuple(devices), initiators=tuple(initiators), runtime_override=runtime, scale=scale,
+                     live=live, priority=priority,
                      not_before=not_before, expires_at=expires_at, reply_to=reply_to)
         reply = self._call(cmd, reply_to)
         if reply is not None and not reply.ok:

@@ -54,6 +54,11 @@ def diff_pct(x: float | None, y: float | None) -> float | None:
 
 
 def print_comparison(console: Console, c: Comparison) -> None:
+    if c.a.run.topology or c.b.run.topology:
+        from orchestrator.netreport import print_net_comparison
+
+        print_net_comparison(console, c.a, c.b)
+        return
     def label(d: RunDetail) -> str:
         r = d.run
         modes = sorted({st.cell.get("op_mode", "stock") for st in d.steps})

@@ -39,6 +39,7 @@ from labcontract.protocol import (
     Cancel,
     CancelStep,
     Heartbeat,
+    NetStart,
     Pause,
     Register,
     Release,
@@ -56,14 +57,14 @@ from labcontract.protocol import (
     decode_event,
 )
 from labcontract.suite import RetryCause, Suite, Workload, parse_suite
-from orchestrator import health, preconditioning, retries
+from orchestrator import health, netgroups, preconditioning, retries
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.dispatch import Dispatcher
 from orchestrator.notify import Notifier, payload
-from orchestrator.planner import plan
+from orchestrator.planner import NetHosts, plan
 from orchestrator.provisioning import LOCAL_KINDS, LocalOutcome, LocalStep, Provisioner
-from orchestrator.scheduling import StepSummary, decide, devices_of
+from orchestrator.scheduling import StepSummary, decide, run_unavailable
 from orchestrator.states import (
     ACTIVE_STEP,
     TERMINAL_RUN,
@@ -73,10 +74,11 @@ from orchestrator.states import (
     check_run,
     check_step,
 )
-from orchestrator.store.models import Artifact, Attempt, Device, Host, Result, Run, Schedule, Step
+from orchestrator.store.models import Artifact, Attempt, Device, Host, NetGroup, Result, Run, Schedule, Step
 
 log = logging.getLogger(__name__)
 CONSUMER = "controller-1"
+NET_TARGET_EXTRA_S = 2      # the target counts this much longer than its initiators measure
 REPLY_TTL_S = 300
 
 
@@ -88,7 +90,7 @@ def next_fire(cron: str, after: float) -> float:
 
 def step_operation(step: Step) -> str | None:
     """What a step does to its devices, for the interlock: purge, op_mode, write, or None."""
-    if step.kind in ("provision", "facts"):
+    if step.kind in ("provision", "facts", "net"):
         return None
     if step.kind == "dut_state":
         return "purge" if step.cell.get("purge", True) else "op_mode"
@@ -414,6 +416,13 @@ class Controller:
             self._end(att, why + (": " + " | ".join(tail) if tail else ""), cause="error")
         elif att.step.kind == "purge":
             self._move(att, StepState.SUCCEEDED, lost.strip(" ()"))
+        elif att.step.kind == "net":
+            try:
+                self._store_net(s, att, stored.get("net.json", b""))
+            except (ValueError, KeyError, TypeError) as e:
+                self._end(att, f"net.json unreadable: {e}", cause="error")
+            else:
+                self._move(att, StepState.SUCCEEDED, lost.strip(" ()"))
         else:
             try:
                 self._store_measurement(s, att, stored.get("fio.json", b""))
@@ -424,6 +433,8 @@ class Controller:
         step = att.step
         if step.kind == "precondition" and step.state == StepState.FAILED:
             preconditioning.fail_group(s, run, step, att.reason, self.clock())
+        if step.kind == "net":
+            self._close_net_group(s, run, step)
         log.info("step ended: %s %s", att.state, att.reason, extra=self._ctx(att))
         self._finish_run_if_done(run)
 
@@ -486,6 +497,67 @@ class Controller:
                      lat_p99_ns=c.percentiles_ns.get("p99"), runtime_ms=metrics.runtime_ms,
                      fio_version=metrics.fio_version, metrics=metrics.model_dump(mode="json"),
                      per_device=per_device, series=series, provenance=provenance, created_at=self.clock()))
+
+    def _store_net(self, s: Session, att: Attempt, raw: bytes) -> None:
+        """One host's part of a network cell: a result whose figures are that host's totals (whole
+        run), with every path's own figures in ``per_path``; the cell's window totals come later."""
+        out = json.loads(raw or b"{}")
+        paths = {name: {k: v for k, v in p.items() if k != "series"} | {"mtu": out["mtu"].get(name)}
+                 for name, p in out["paths"].items()}
+        total = out["total"]
+        read = sum(p.get("read_gbps") or 0.0 for p in paths.values()) * 1e9 / 8
+        write = sum(p.get("write_gbps") or 0.0 for p in paths.values()) * 1e9 / 8
+        lat = [(p["lat_mean_ns"], p["iops"]) for p in paths.values() if p.get("lat_mean_ns") and p.get("iops")]
+        host = s.get(Host, att.host)
+        provenance = {"host": host.facts if host else {}, "agent_version": host.agent_version if host else None,
+                      "role": out["role"], "tool": out["tool"], "mtu": out["mtu"],
+                      "suite_sha256": att.step.run.suite_sha256,
+                      "net_spec": {k: out.get(k) for k in ("start_at", "late_s", "iqn", "discovery") if k in out},
+                      "failures": out.get("failures", [])}
+        s.add(Result(attempt_id=att.id, step_id=att.step_id, run_id=att.step.run_id,
+                     read_iops=0.0, write_iops=0.0, iops=total.get("iops") or 0.0, read_bw_bytes=read,
+                     write_bw_bytes=write, bw_bytes=total["gbps"] * 1e9 / 8,
+                     lat_mean_ns=sum(v * w for v, w in lat) / sum(w for _v, w in lat) if lat else None,
+                     lat_max_ns=None, lat_stddev_ns=None, lat_p99_ns=None,
+                     runtime_ms=int(total["seconds"] * 1000), fio_version=att.step.cell.get("tool", "fio"),
+                     metrics={k: v for k, v in out.items() if k != "paths"}, per_path=paths, series=None,
+                     provenance=provenance, created_at=self.clock()))
+        att.fio_started_at = out.get("started_at") or att.fio_started_at
+
+    def _close_net_group(self, s: Session, run: Run, step: Step) -> None:
+        """Once every host's step of a network cell has ended: its skew and window totals (NetGroup)."""
+        group = sorted((st for st in run.steps if st.seq == step.seq and st.kind == "net"), key=lambda st: st.id)
+        if any(st.state not in TERMINAL_STEP for st in group) or s.scalar(
+                select(NetGroup.id).where(NetGroup.run_id == run.id, NetGroup.seq == step.seq)) is not None:
+            return
+        s.flush()
+        outputs: dict[str, dict[str, Any]] = {}
+        reason = ""
+        for st in group:
+            att = st.attempts[-1] if st.attempts else None
+            art = next((a for a in att.artifacts if a.name == "net.json"), None) if att else None
+            if st.state != StepState.SUCCEEDED or art is None:
+                reason = reason or f"{st.host}: {st.state} {st.reason}".strip()
+                continue
+            outputs[st.host] = json.loads(self.artifacts.read(art.path))
+        agg: dict[str, Any] = {}
+        if not reason:
+            try:
+                agg = netgroups.aggregate(outputs)
+            except ValueError as e:
+                reason = str(e)
+        cell = {k: v for k, v in step.cell.items() if k not in ("role",)}
+        s.add(NetGroup(run_id=run.id, seq=step.seq, name=step.name.rsplit("@", 1)[0], cell=cell,
+                       hosts=[st.host for st in group], starts=agg.get("starts", {}), skew_ms=agg.get("skew_ms"),
+                       window_start=agg.get("window_start"), window_end=agg.get("window_end"),
+                       total=agg.get("total", {}) | ({"window_s": agg["window_s"], "skew_ok": agg["skew_ok"]}
+                                                     if agg else {}),
+                       per_path=agg.get("per_path", {}), per_host=agg.get("per_host", {}),
+                       failures=agg.get("failures", []), complete=not reason, reason=reason, created_at=self.clock()))
+        if agg:
+            log.info("network cell %s: %.3f Gbps over %.1fs (skew %.1f ms)", step.name.rsplit("@", 1)[0],
+                     agg["total"]["initiator_gbps"], agg["window_s"], agg["skew_ms"],
+                     extra={"run": run.id, "step": step.name, "host": run.host})
 
     def _provisioning_provenance(self, run: Run, step: Step) -> dict[str, Any]:
         """What Ansible did to the DUTs before this result (methods, capacities) and the DUT facts
@@ -563,6 +635,13 @@ class Controller:
             suite = parse_suite(cmd.suite_text, cmd.suite_source)
         except SuiteError as e:
             problems += e.problems
+        if suite is not None and suite.network is not None:
+            if cmd.devices:
+                problems.append(Problem("--device", "a network suite measures paths, not DUTs: name no device"))
+            problems += netgroups.net_problems(s, suite, cmd.host or None, cmd.initiators)
+            return suite, problems
+        if suite is None and not cmd.devices and cmd.initiators:
+            return suite, problems        # a network suite that does not parse: its problems are the news
         problems += submission_problems(s, cmd.host, cmd.devices, suite)
         if suite is not None and suite.phases.provision and not problems:
             problems += self._provision_problems(s, cmd)
@@ -585,6 +664,8 @@ class Controller:
             err = SubmissionError(cmd.suite_source, problems)
             log.warning("submission %s rejected: %s", cmd.run_id, err.summary)
             return Reply(ok=False, errors=tuple(str(p) for p in problems))
+        if suite.network is not None:
+            return self._submit_network(s, cmd, suite)
         host = s.get(Host, cmd.host)
         assert host is not None
         paths = [dev.path for d in cmd.devices if (dev := find_device(host, d)) is not None]
@@ -603,6 +684,29 @@ class Controller:
         s.add(run)
         log.info("run queued: suite %s, %d steps on %s:%s", suite.name, len(run.steps), cmd.host,
                  ",".join(paths), extra={"run": run.id, "host": cmd.host})
+        return Reply(ok=True, run_id=cmd.run_id)
+
+    def _submit_network(self, s: Session, cmd: Submit, suite: Suite) -> Reply:
+        """A network run: its hosts are the target and the initiators; a step per host and cell."""
+        net = suite.network
+        assert net is not None
+        hosts = NetHosts(cmd.host or net.target or "", tuple(cmd.initiators) or net.initiators)
+        run = Run(id=cmd.run_id, suite_name=suite.name, suite_source=cmd.suite_source,
+                  suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=hosts.target, device="net",
+                  devices=[], topology=netgroups.topology(suite, hosts), runtime_override=cmd.runtime_override,
+                  scale=cmd.scale, live=cmd.live, priority=cmd.priority, not_before=cmd.not_before,
+                  expires_at=cmd.expires_at, state=str(RunState.QUEUED), submitted_at=self.clock())
+        index = {h: i for i, h in enumerate(hosts.all)}
+        for p in plan(suite, [], runtime=cmd.runtime_override, scale=cmd.scale, net_hosts=hosts):
+            assert p.host is not None and p.workload is not None
+            run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}-h{index[p.host]}", seq=p.seq, round=0, kind=p.kind,
+                                  name=p.name, cell=p.cell, note=p.note, host=p.host,
+                                  workload=p.workload.model_dump(mode="json"), job_text=p.job_text,
+                                  state=str(StepState.PENDING)))
+        s.add(run)
+        log.info("network run queued: suite %s, %d steps; target %s, initiator(s) %s, path(s) %s", suite.name,
+                 len(run.steps), hosts.target, ", ".join(hosts.initiators), ", ".join(net.paths),
+                 extra={"run": run.id, "host": hosts.target})
         return Reply(ok=True, run_id=cmd.run_id)
 
     def cancel(self, cmd: Cancel) -> Reply:
@@ -737,14 +841,27 @@ class Controller:
                 self._stop_if_quarantined(run, hosts, summary)
             live = [r for r in runs if r.state not in TERMINAL_RUN]
             decision = decide(live, hosts, now, self.host_up, summary)
-            started = [(run, step, self._new_attempt(s, run, step))
-                       for run, step in decision.dispatch[:self.tuning.dispatch_batch]
+            started = [(run, step, self._new_attempt(s, run, step, now))
+                       for run, step in self._with_groups(decision.dispatch[:self.tuning.dispatch_batch])
                        if not self._interlocked(run, step, hosts.get(run.host))]
             to_send = [msg for _run, step, msg in started if step.kind not in LOCAL_KINDS]
             local = [self._local_step(run, step, msg) for run, step, msg in started if step.kind in LOCAL_KINDS]
         self.dispatcher.start_many(to_send)       # after the commit: a crash here is healed by watch()
         for job in local:
             self._start_local(job)
+
+    @staticmethod
+    def _with_groups(picked: list[tuple[Run, Step]]) -> list[tuple[Run, Step]]:
+        """A network step stands for its cell: every host's step of that cell starts in the same pass."""
+        out = []
+        for run, step in picked:
+            if step.kind != "net":
+                out.append((run, step))
+                continue
+            out += sorted(((run, st) for st in run.steps
+                           if st.seq == step.seq and st.kind == "net" and st.state == StepState.PENDING),
+                          key=lambda rs: rs[1].id)            # the target's (h0) first
+        return out
 
     def _local_step(self, run: Run, step: Step, msg: StartStep) -> LocalStep:
         return LocalStep(attempt_id=msg.attempt_id, run_id=run.id, step=step.name, kind=step.kind, host=run.host,
@@ -822,7 +939,7 @@ class Controller:
         running step is over; a queued one waits for a release (see scheduling)."""
         if run.state not in (RunState.RUNNING, RunState.PAUSED) or run.id in summary.busy:
             return
-        why = health.unavailable(hosts.get(run.host), [k[1] for k in devices_of(run)])
+        why = run_unavailable(run, hosts)
         if why is None:
             return
         self._abandon_rest(run, f"not run: {why}")
@@ -837,23 +954,45 @@ class Controller:
         run.reason, run.ended_at = reason, self.clock()
         log.warning("run %s", reason, extra={"run": run.id, "host": run.host})
 
-    def _new_attempt(self, s: Session, run: Run, step: Step) -> StartStep:
-        now = self.clock()
+    def _new_attempt(self, s: Session, run: Run, step: Step, now: float | None = None) -> StartStep:
+        now = self.clock() if now is None else now
         if run.state == RunState.QUEUED:
             run.state, run.started_at = str(check_run(run.id, run.state, RunState.RUNNING)), now
         expected = (Workload.model_validate(step.workload).expected_seconds if step.workload
                     else self.tuning.purge_timeout_s)
+        if step.kind == "net":
+            expected += int(self.tuning.net_start_lead_s) + 1 + NET_TARGET_EXTRA_S
         number = len(step.attempts) + 1
-        att = Attempt(id=f"{step.id}-a{number}", number=number, host=run.host, device=run.device,
+        att = Attempt(id=f"{step.id}-a{number}", number=number, host=step.host or run.host, device=run.device,
                       state=str(StepState.DISPATCHED), dispatch_count=1, dispatched_at=now,
                       timeout_s=expected + self.tuning.step_timeout_margin_s)
         step.attempts.append(att)
         check_step("step", step.id, step.state, StepState.DISPATCHED)
         step.state = str(StepState.DISPATCHED)
-        log.info("dispatching attempt %s", att.id, extra={"run": run.id, "step": step.name, "host": run.host})
+        log.info("dispatching attempt %s", att.id, extra={"run": run.id, "step": step.name, "host": att.host})
         return self._start_msg(run, step, att)
 
+    def _net_start(self, run: Run, step: Step, att: Attempt) -> NetStart:
+        """The network part of a start: the whole cell starts ``net_start_lead_s`` after its dispatch (the
+        attempts of a cell share their dispatch time); the target counts a little longer than the
+        initiators measure, so their window is inside its own."""
+        topo = run.topology or {}
+        assert step.workload is not None
+        seconds = Workload.model_validate(step.workload).expected_seconds
+        role = step.cell.get("role", "initiator")
+        return NetStart(role=role, paths=tuple(step.cell.get("net_paths", [])), mtu=int(step.cell["mtu"]),
+                        tool=step.cell.get("tool", "fio"),
+                        start_at=(att.dispatched_at or self.clock()) + self.tuning.net_start_lead_s,
+                        seconds=seconds + (NET_TARGET_EXTRA_S if role == "target" else 0), iqn=topo.get("iqn"),
+                        lun=topo.get("lun", 1), iscsi_port=topo.get("iscsi_port", 3260),
+                        nbd_port=topo.get("nbd_port", 10809))
+
     def _start_msg(self, run: Run, step: Step, att: Attempt) -> StartStep:
+        if step.kind == "net":
+            return StartStep(run_id=run.id, step_id=step.id, attempt_id=att.id, host=att.host, action="net",
+                             devices=(), job_name=step.name, kind="net", suite=run.suite_name,
+                             workload=Workload.model_validate(step.workload), net=self._net_start(run, step, att),
+                             timeout_s=att.timeout_s, dispatched_at=att.dispatched_at or self.clock())
         return StartStep(run_id=run.id, step_id=step.id, attempt_id=att.id, host=att.host,
                          action="purge" if step.kind == "purge" else "fio",
                          devices=tuple(run.devices or [run.device]), job_name=step.name,

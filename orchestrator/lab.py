@@ -23,6 +23,7 @@ from pathlib import Path
 import redis
 
 from labcontract.errors import ServiceError
+from labcontract.transport import redis_py_url
 
 
 def free_port() -> int:
@@ -45,7 +46,7 @@ def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: fl
 
 def redis_ping(url: str) -> bool:
     try:
-        return bool(redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1).ping())
+        return bool(redis.Redis.from_url(redis_py_url(url), socket_timeout=1, socket_connect_timeout=1).ping())
     except (redis.ConnectionError, redis.TimeoutError, OSError):
         return False
 
@@ -100,7 +101,11 @@ class Lab:
 
     # --- redis ------------------------------------------------------------------------
 
-    def start_redis(self, port: int | None = None, *, bind: tuple[str, ...] = ("127.0.0.1",)) -> str:
+    def start_redis(self, port: int | None = None, *, bind: tuple[str, ...] = ("127.0.0.1",),
+                    unix_socket: bool = False) -> str:
+        """redis-server with AOF on ``port``; with ``unix_socket`` also on a socket file in the lab
+        directory, and the URL returned is ``redis+socket://PATH`` (reachable from every network
+        namespace of this machine: the namespace hosts of the network lab)."""
         exe = shutil.which("redis-server")
         if exe is None:
             raise ServiceError("redis-server is not installed (apt-get install redis-server)")
@@ -115,6 +120,12 @@ class Lab:
             argv += ["--requirepass", password]
             auth = f":{password}@"
         url = f"redis://{auth}127.0.0.1:{port}/0"
+        if unix_socket:
+            sock = data / "redis.sock"
+            if len(str(sock)) > 100:
+                raise ServiceError(f"redis socket path too long for a unix socket: {sock}")
+            argv += ["--unixsocket", str(sock), "--unixsocketperm", "700"]
+            url = f"redis+socket://{sock}"
         self._redis_argv = argv
         self._spawn_redis(url)
         self.broker_url = url

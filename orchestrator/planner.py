@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from labcontract.fiojob import render_job
+from labcontract.fiojob import render_job, workload_lines
 from labcontract.suite import (
     Cell,
     Precondition,
@@ -25,7 +25,8 @@ from labcontract.suite import (
     with_overrides,
 )
 
-StepKind = Literal["purge", "precondition", "measure", "provision", "dut_state", "facts"]
+StepKind = Literal["purge", "precondition", "measure", "provision", "dut_state", "facts", "net"]
+TARGET_PLACEHOLDER = "${TARGET}"
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,37 @@ class PlannedStep:
     job_text: str
     cell: dict[str, Any] = field(default_factory=dict)   # profile, op_mode, swept dims
     note: str = ""
+    host: str | None = None       # a network step's host (None: the run's host)
+
+
+@dataclass(frozen=True)
+class NetHosts:
+    """Who takes part in a network run: the target and its initiators."""
+
+    target: str
+    initiators: tuple[str, ...]
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return (self.target, *self.initiators)
+
+
+def net_hosts_of(suite: Suite, target: str | None = None, initiators: Sequence[str] = ()) -> NetHosts:
+    """The suite's hosts, the submission's taking precedence; placeholders where neither names one."""
+    net = suite.network
+    assert net is not None
+    inis = tuple(initiators) or net.initiators or ("${INITIATOR0}",)
+    return NetHosts(target or net.target or TARGET_PLACEHOLDER, inis)
+
+
+def net_step_text(role: str, workload: Workload, paths: Sequence[str], mtu: int, tool: str) -> str:
+    """What a network step does, as ``labctl suite render`` shows it (the agent renders the fio job
+    itself, one section per path, from the addresses its host declares)."""
+    if role == "target":
+        return (f"# target: count the NIC bytes of path(s) {', '.join(paths)} for the initiators' "
+                f"{workload.expected_seconds}s and a little longer (MTU {mtu})\n")
+    return (f"# initiator: {tool} over path(s) {', '.join(paths)} at MTU {mtu}, one process per path\n"
+            + "\n".join(workload_lines(workload)) + f"\nruntime={workload.runtime}\n")
 
 
 def precondition_workload(cell: Cell, pc: Precondition, n_op_modes: int) -> Workload:
@@ -53,8 +85,10 @@ def round_workload(base: Workload, round_no: int) -> Workload:
 
 
 def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
-         scale: float | None = None) -> list[PlannedStep]:
+         scale: float | None = None, net_hosts: NetHosts | None = None) -> list[PlannedStep]:
     suite = with_overrides(suite, runtime=runtime, scale=scale)
+    if suite.network is not None:
+        return plan_network(suite, net_hosts or net_hosts_of(suite))
     pc = suite.phases.precondition
     steps: list[PlannedStep] = []
 
@@ -88,4 +122,22 @@ def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
                 note)
     if provision:
         add("facts", "facts.after", None, {"phase": "after"})
+    return steps
+
+
+def plan_network(suite: Suite, hosts: NetHosts) -> list[PlannedStep]:
+    """A network suite: per cell, one step per host with the same ``seq`` (the target's first), started
+    together by the controller. The cell's dims carry the MTU and the path mode (single / multi)."""
+    net = suite.network
+    assert net is not None
+    steps: list[PlannedStep] = []
+    for seq, c in enumerate(suite.cells):
+        paths = net.paths_for(str(c.dims["paths"]))
+        mtu = int(c.dims["mtu"])
+        for role, host in (("target", hosts.target), *(("initiator", h) for h in hosts.initiators)):
+            cell = {"op_mode": "stock", "profile": c.profile, **c.dims, "role": role, "tool": net.tool,
+                    "net_paths": list(paths)}
+            steps.append(PlannedStep(seq=seq, kind="net", name=f"{c.workload.name}@{host}", workload=c.workload,
+                                     job_text=net_step_text(role, c.workload, paths, mtu, net.tool), cell=cell,
+                                     host=host))
     return steps

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from labcontract.errors import StoreError
-from orchestrator.store.models import Attempt, Host, PreconditionRecord, Result, Run, Step
+from orchestrator.store.models import Attempt, Host, NetGroup, PreconditionRecord, Result, Run, Step
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,7 @@ class RunDetail:
     steps: list[Step]
     results: dict[str, Result]      # step id -> result of its successful attempt
     preconditions: list[PreconditionRecord]
+    net_groups: list[NetGroup] = field(default_factory=list)   # a network run's cells, with window totals
 
 
 def list_runs(s: Session, limit: int = 50) -> list[tuple[Run, int, int]]:
@@ -52,8 +53,10 @@ def run_detail(s: Session, ref: str) -> RunDetail:
     results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == rid))}
     pcs = list(s.scalars(select(PreconditionRecord).where(PreconditionRecord.run_id == rid)
                          .order_by(PreconditionRecord.seq)))
-    steps = sorted(run.steps, key=lambda st: (st.seq, st.round))
-    return RunDetail(run=run, steps=steps, results=results, preconditions=pcs)
+    steps = sorted(run.steps, key=lambda st: (st.seq, st.round, st.host))
+    groups = list(s.scalars(select(NetGroup).where(NetGroup.run_id == rid).order_by(NetGroup.seq))) \
+        if run.topology else []
+    return RunDetail(run=run, steps=steps, results=results, preconditions=pcs, net_groups=groups)
 
 
 def list_hosts(s: Session) -> list[Host]:

@@ -81,6 +81,11 @@ def results_table(detail: RunDetail, *, rounds: bool = False) -> Table:
 
 
 def print_run(console: Console, detail: RunDetail, *, rounds: bool = False) -> None:
+    if detail.run.topology:
+        from orchestrator.netreport import print_net_run
+
+        print_net_run(console, detail)
+        return
     console.print(results_table(detail, rounds=rounds))
     run = detail.run
     for pc in detail.preconditions:

@@ -10,7 +10,8 @@ Rules, in order:
    A run whose host or a DUT is quarantined waits (it reserves nothing) until ``labctl hosts release``.
 3. Backfill: a lower-priority run may still use devices reserved by a waiting run when it is expected
    to finish before that run could start (the holders' expected remaining time), so it delays nobody.
-4. A run starts only when every device it names is free: all at once, never piecemeal.
+4. A run starts only when every device it names is free: all at once, never piecemeal. A network run
+   holds every path of every host it uses (target and initiators) the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from labcontract.suite import Precondition, Workload
 from orchestrator.health import unavailable
+from orchestrator.netgroups import hosts_of
 from orchestrator.preconditioning import precondition_of
 from orchestrator.states import ACTIVE_STEP, RunState, StepState
 from orchestrator.store.models import Host, Run, Step
@@ -64,7 +66,23 @@ class Decision:
 
 
 def devices_of(run: Run) -> set[Key]:
+    """What a run reserves: its host's DUTs; for a network run, every path on every host it uses."""
+    if run.topology:
+        return {(h, f"net:{p}") for h in hosts_of(run) for p in run.topology["paths"]}
     return {(run.host, d) for d in (run.devices or [run.device])}
+
+
+def hosts_down(run: Run, hosts: dict[str, Host], host_up: Callable[[Host | None], bool]) -> str | None:
+    down = [h for h in hosts_of(run) if not host_up(hosts.get(h))]
+    return f"host{'s' if len(down) > 1 else ''} {', '.join(down)} {'are' if len(down) > 1 else 'is'} down" \
+        if down else None
+
+
+def run_unavailable(run: Run, hosts: dict[str, Host]) -> str | None:
+    """A quarantined host or DUT among what the run uses."""
+    if run.topology:
+        return next((why for h in hosts_of(run) if (why := unavailable(hosts.get(h), [])) is not None), None)
+    return unavailable(hosts.get(run.host), [k[1] for k in devices_of(run)])
 
 
 def _precondition(run: Run) -> Precondition | None:
@@ -120,8 +138,8 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
         if run.state == RunState.PAUSED:
             d.waits[run.id] = "paused (holds its devices)"
         elif not busy(run):
-            if not host_up(hosts.get(run.host)):
-                d.waits[run.id] = f"host {run.host} is down"
+            if (down := hosts_down(run, hosts, host_up)) is not None:
+                d.waits[run.id] = down
             else:
                 nxt = upcoming(run)
                 if nxt is not None:
@@ -133,10 +151,10 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
             d.waits[run.id] = "not before " + time.strftime("%Y-%m-%d %H:%M", time.localtime(run.not_before))
             continue
         blockers = sorted({held[k].id for k in keys if k in held})
-        if not host_up(hosts.get(run.host)):
-            d.waits[run.id] = f"host {run.host} is down"
+        if (down := hosts_down(run, hosts, host_up)) is not None:
+            d.waits[run.id] = down
             continue
-        quarantined = unavailable(hosts.get(run.host), [k[1] for k in keys])
+        quarantined = run_unavailable(run, hosts)
         if quarantined is not None:
             d.waits[run.id] = quarantined
             continue

@@ -10,7 +10,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from agents.daemon import Agent, AgentConfig, EventPublisher, LivePublisher, run_agent
-from agents.exporter import AgentCollector, parse_net_path
+from agents.exporter import AgentCollector, parse_net_decl
 from agents.facts import collect_host_facts, declare_dut
 from agents.runner import FioRunner
 from labcontract.errors import ConfigError
@@ -37,6 +37,7 @@ class AgentOptions:
     metrics_advertise: str | None = None    # HOST or HOST:PORT announced in the host facts
     net_paths: tuple[str, ...] = ()         # NAME=IFACE, declared network paths
     wipe_ok: tuple[str, ...] = ()           # DUT names whose on-disk signatures may be destroyed
+    manage_mtu: bool = False                # network steps set their paths' MTU (else they check it)
 
 
 def advertised_address(advertise: str | None, bind: str, port: int) -> str:
@@ -52,18 +53,31 @@ def advertised_address(advertise: str | None, bind: str, port: int) -> str:
     return f"{socket.gethostname()}:{port}"
 
 
+def read_mtu_or_none(iface: str) -> int | None:
+    try:
+        return int(Path(f"/sys/class/net/{iface}/mtu").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def main(opts: AgentOptions) -> None:
     host = opts.host or socket.gethostname().split(".")[0]
     setup_logging(opts.log_level, host=host, logfile=opts.logfile)
-    net_paths = tuple(parse_net_path(spec) for spec in opts.net_paths)
-    facts = collect_host_facts(hostname=host, fio_binary=opts.fio_binary)
+    decls = tuple(parse_net_decl(spec) for spec in opts.net_paths)
+    twice = sorted({d.name for d in decls if sum(e.name == d.name for e in decls) > 1})
+    if twice:
+        raise ConfigError("--net-path", ",".join(twice), "a path name is declared twice")
+    decls = tuple(d.model_copy(update={"mtu": read_mtu_or_none(d.iface)}) for d in decls)
+    net_paths = tuple((d.name, d.iface) for d in decls)
+    facts = collect_host_facts(hostname=host, fio_binary=opts.fio_binary).model_copy(update={"net_paths": decls})
     duts = tuple(declare_dut(spec, facts.block_devices) for spec in opts.dut_specs)
     unknown = sorted(set(opts.wipe_ok) - {d.name for d in duts})
     if unknown:
         raise ConfigError("--wipe-ok", ",".join(unknown), "names no declared DUT (use the NAME of a --dut)")
     duts = tuple(d.model_copy(update={"wipe_ok": d.name in opts.wipe_ok}) for d in duts)
     config = AgentConfig(host=host, broker_url=opts.broker_url, state_dir=opts.state_dir, duts=duts,
-                         heartbeat_s=opts.heartbeat_s, fio_binary=opts.fio_binary)
+                         heartbeat_s=opts.heartbeat_s, fio_binary=opts.fio_binary, net_paths=decls,
+                         manage_mtu=opts.manage_mtu)
     client = redis_client(opts.broker_url)
     publisher = EventPublisher(client)
     runner = FioRunner(opts.state_dir, opts.fio_binary)

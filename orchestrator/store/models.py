@@ -3,6 +3,7 @@
     Host 1─* Device
     Run 1─* Step 1─* Attempt 1─0..1 Result
                       Attempt 1─* Artifact
+    Run 1─* NetGroup            (a network cell: the steps of its hosts, started together)
 
 A Run is one submission of a suite against a host and device; its Steps are what the
 suite expands to (the plan); each Step has one or more Attempts (a dispatch to an agent).
@@ -100,13 +101,15 @@ class Run(Base):
     submitted_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
+    # a network run: {"target", "initiators", "paths", "tool", ...}; None for a run on a host's DUTs
+    topology: Mapped[dict[str, Any] | None] = mapped_column()
     steps: Mapped[list[Step]] = relationship(back_populates="run", order_by="[Step.seq, Step.round]",
                                              cascade="all, delete-orphan")
 
 
 class Step(Base):
     __tablename__ = "steps"
-    __table_args__ = (UniqueConstraint("run_id", "seq", "round", name="uq_steps_run_id_seq_round"),
+    __table_args__ = (UniqueConstraint("run_id", "seq", "round", "host", name="uq_steps_run_id_seq_round_host"),
                       Index("ix_steps_state", "state"))
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -119,6 +122,7 @@ class Step(Base):
     note: Mapped[str] = mapped_column(Text, default="")
     workload: Mapped[dict[str, Any] | None] = mapped_column()
     job_text: Mapped[str] = mapped_column(Text)          # as rendered for the run's device
+    host: Mapped[str] = mapped_column(String(128), default="")   # a network step's host ("": the run's)
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
     ended_at: Mapped[float | None] = mapped_column(Float)
@@ -178,6 +182,7 @@ class Result(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column()      # full StepMetrics
     per_device: Mapped[dict[str, Any] | None] = mapped_column()   # device path -> StepMetrics (groups)
     series: Mapped[dict[str, Any] | None] = mapped_column()       # per-second columns (precondition)
+    per_path: Mapped[dict[str, Any] | None] = mapped_column()     # network step: path -> Gbps, IOPS, MTU...
     provenance: Mapped[dict[str, Any]] = mapped_column()   # host facts + DUT at the time
     created_at: Mapped[float] = mapped_column(Float)
     attempt: Mapped[Attempt] = relationship(back_populates="result")
@@ -212,6 +217,32 @@ class PreconditionRecord(Base):
     reached_round: Mapped[int | None] = mapped_column(Integer)
     verdict: Mapped[str] = mapped_column(Text, default="")
     ended_at: Mapped[float | None] = mapped_column(Float)
+
+
+class NetGroup(Base):
+    """A network cell: the steps of its target and initiators, started together. Totals cover only the
+    window where every host measured (from the latest start to the earliest end)."""
+
+    __tablename__ = "net_groups"
+    __table_args__ = (UniqueConstraint("run_id", "seq", name="uq_net_groups_run_id_seq"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(160))
+    cell: Mapped[dict[str, Any]] = mapped_column()             # profile, mtu, paths (single | multi), tool
+    hosts: Mapped[list[Any]] = mapped_column()                 # target first, then the initiators
+    starts: Mapped[dict[str, Any]] = mapped_column()           # host -> epoch seconds its tools started
+    skew_ms: Mapped[float | None] = mapped_column(Float)       # latest start - earliest start
+    window_start: Mapped[float | None] = mapped_column(Float)
+    window_end: Mapped[float | None] = mapped_column(Float)
+    total: Mapped[dict[str, Any]] = mapped_column()            # over the window: initiator Gbps / IOPS, target Gbps
+    per_path: Mapped[dict[str, Any]] = mapped_column()         # "host.path" -> Gbps, IOPS, MTU over the window
+    per_host: Mapped[dict[str, Any]] = mapped_column()         # host -> role, Gbps, IOPS over the window
+    failures: Mapped[list[Any]] = mapped_column()              # path failures, as the hosts recorded them
+    complete: Mapped[bool] = mapped_column(Boolean)            # every host's step succeeded
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class Schedule(Base):

@@ -1,0 +1,137 @@
+"""Network runs: their topology, the submission checks, and the totals of a network cell.
+
+A network cell is one step per host (the target and each initiator) with the same ``seq``; the
+controller dispatches them together with one ``start_at`` and, once all have ended, stores a
+:class:`~orchestrator.store.models.NetGroup`: the start skew across hosts and every path's Gbps and
+IOPS summed over the window where all hosts measured, from each host's per-second series
+(``agents.netstep``: intervals ``[t_start, t_end, bytes, ios, ...]``, prorated at the window's edges).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from labcontract.errors import Problem
+from labcontract.suite import Suite
+from orchestrator.planner import NetHosts
+from orchestrator.store.models import Host, Run
+
+SKEW_LIMIT_MS = 100.0
+
+
+def topology(suite: Suite, hosts: NetHosts) -> dict[str, Any]:
+    net = suite.network
+    assert net is not None
+    return {"target": hosts.target, "initiators": list(hosts.initiators), "paths": list(net.paths),
+            "mtu": list(net.mtu), "multipath": list(net.multipath), "tool": net.tool, "iqn": net.iqn,
+            "lun": net.lun, "nbd_port": net.nbd_port, "iscsi_port": net.iscsi_port}
+
+
+def hosts_of(run: Run) -> list[str]:
+    """Every host a run uses: a network run's target and initiators, else its one host."""
+    if run.topology:
+        return [run.topology["target"], *run.topology["initiators"]]
+    return [run.host]
+
+
+def net_problems(s: Session, suite: Suite, target: str | None, initiators: Sequence[str]) -> list[Problem]:
+    """A network submission: a target and at least one initiator, all registered, each declaring every
+    path the suite names (and, on an initiator, the target's address on it)."""
+    net = suite.network
+    assert net is not None
+    problems = []
+    target = target or net.target
+    inis = tuple(initiators) or net.initiators
+    if not target:
+        problems.append(Problem("--host", "a network suite needs its target host (network.target or --host)"))
+    if not inis:
+        problems.append(Problem("--initiator", "a network suite needs at least one initiator host "
+                                               "(network.initiators or --initiator)"))
+    if target and target in inis:
+        problems.append(Problem("--initiator", f"{target} is also the target"))
+    for role, name in ([("target", target)] if target else []) + [("initiator", h) for h in inis]:
+        host = s.get(Host, name)
+        if host is None:
+            problems.append(Problem("--host" if role == "target" else "--initiator",
+                                    f"unknown host {name!r} (no agent registered under that name)"))
+            continue
+        declared = {p["name"]: p for p in (host.facts or {}).get("net_paths", [])}
+        for path in net.paths:
+            p = declared.get(path)
+            if p is None:
+                problems.append(Problem("network.paths", f"{role} {name} declares no path {path!r} (declared: "
+                                                         f"{', '.join(declared) or 'none'})"))
+            elif role == "initiator" and not p.get("peer"):
+                problems.append(Problem("network.paths", f"initiator {name} path {path!r} has no peer address "
+                                                         "(the target's portal: --net-path NAME=IFACE@ADDRESS)"))
+    return problems
+
+
+def _in_window(series: Sequence[Sequence[float]], start: float, end: float, col: int) -> float:
+    """Column ``col`` of the intervals, summed over [start, end]; an interval cut by an edge counts pro rata."""
+    total = 0.0
+    for iv in series:
+        t0, t1 = iv[0], iv[1]
+        overlap = min(t1, end) - max(t0, start)
+        if overlap <= 0 or t1 <= t0 or len(iv) <= col:
+            continue
+        total += iv[col] * overlap / (t1 - t0)
+    return total
+
+
+def aggregate(outputs: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The cell's totals from every host's ``net.json`` (host -> output): skew, window, per path, per
+    host and in total. The skew is between the moments the hosts' tools started; the window runs from the
+    latest host's first steady report to the earliest host's end. Raises ValueError when the hosts'
+    measurements do not overlap."""
+    starts = {h: float(o["started_at"]) for h, o in outputs.items()}
+    ends = {h: float(o["ended_at"]) for h, o in outputs.items()}
+    # each host's measured part: past its tools' start-up (an initiator's first report) to its end
+    w0 = max(float(o.get("measure_from", o["started_at"])) for o in outputs.values())
+    w1 = min(float(o.get("measure_to", o["ended_at"])) for o in outputs.values())
+    if w1 <= w0:
+        raise ValueError(f"the hosts' measurements do not overlap (latest start {w0:.3f}, earliest end {w1:.3f})")
+    secs = w1 - w0
+    per_path: dict[str, Any] = {}
+    per_host: dict[str, Any] = {}
+    total: dict[str, Any] = {"initiator_gbps": 0.0, "initiator_iops": 0.0, "target_gbps": 0.0, "target_tx_gbps": 0.0,
+             "target_rx_gbps": 0.0}
+    lat_weight = lat_sum = 0.0
+    for host, out in outputs.items():
+        role = out["role"]
+        host_gbps = host_iops = 0.0
+        for name, p in out["paths"].items():
+            series = p.get("series", [])
+            n_bytes = _in_window(series, w0, w1, 2)
+            ios = _in_window(series, w0, w1, 3)
+            entry: dict[str, Any] = {"host": host, "role": role, "path": name, "mtu": out.get("mtu", {}).get(name),
+                                     "gbps": n_bytes * 8 / 1e9 / secs, "run_gbps": p.get("gbps")}
+            if role == "target":
+                entry["tx_gbps"] = _in_window(series, w0, w1, 4) * 8 / 1e9 / secs
+                entry["rx_gbps"] = _in_window(series, w0, w1, 5) * 8 / 1e9 / secs
+                total["target_tx_gbps"] += entry["tx_gbps"]
+                total["target_rx_gbps"] += entry["rx_gbps"]
+            else:
+                entry["iops"] = ios / secs
+                entry["lat_mean_ns"] = p.get("lat_mean_ns")
+                host_iops += entry["iops"]
+                if p.get("lat_mean_ns") is not None and entry["iops"] > 0:
+                    lat_sum += p["lat_mean_ns"] * entry["iops"]
+                    lat_weight += entry["iops"]
+            host_gbps += entry["gbps"]
+            per_path[f"{host}.{name}"] = entry
+        per_host[host] = {"role": role, "gbps": host_gbps, "iops": host_iops if role == "initiator" else None,
+                          "started_at": starts[host], "ended_at": ends[host], "late_s": out.get("late_s")}
+        total["initiator_gbps" if role == "initiator" else "target_gbps"] += host_gbps
+        if role == "initiator":
+            total["initiator_iops"] += host_iops
+    total["lat_mean_ns"] = lat_sum / lat_weight if lat_weight else None
+    total["paths"] = sum(1 for e in per_path.values() if e["role"] == "initiator")
+    skew_ms = (max(starts.values()) - min(starts.values())) * 1000.0
+    failures = [{**f, "host": h} for h, o in outputs.items() for f in o.get("failures", [])]
+    return {"starts": starts, "skew_ms": skew_ms, "skew_ok": skew_ms <= SKEW_LIMIT_MS, "window_start": w0,
+            "window_end": w1, "window_s": secs, "total": total, "per_path": per_path, "per_host": per_host,
+            "failures": failures}

@@ -1,0 +1,136 @@
+"""Network runs in the terminal: per-path Gbps per cell, single path vs multipath, MTU 1500 vs 9000,
+the start skew, path failures, and two network runs side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.queries import RunDetail
+from orchestrator.store.models import NetGroup
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _initiator_paths(groups: Sequence[NetGroup]) -> list[str]:
+    keys: dict[str, None] = {}
+    for g in groups:
+        for k, v in sorted(g.per_path.items()):
+            if v.get("role") == "initiator":
+                keys[k] = None
+    return list(keys)
+
+
+def cell_key(g: NetGroup) -> tuple[str, int, str]:
+    """What makes two network cells comparable: profile, MTU, path mode (not the tool)."""
+    return (str(g.cell.get("profile")), int(g.cell.get("mtu", 0)), str(g.cell.get("paths")))
+
+
+def net_table(detail: RunDetail) -> Table:
+    run, groups = detail.run, detail.net_groups
+    topo = run.topology or {}
+    table = Table(title=f"run {run.id}  suite {run.suite_name}  target {topo.get('target')}  initiator(s) "
+                        f"{', '.join(topo.get('initiators', []))}  {topo.get('tool')}  {run.state}",
+                  title_justify="left")
+    paths = _initiator_paths(groups)
+    for col in ("cell", "MTU", "paths", *[f"{p} Gbps" for p in paths], "total Gbps", "target Gbps", "IOPS",
+                "avg lat us", "skew ms", "window s", "state"):
+        table.add_column(col, justify="left" if col in ("cell", "paths", "state") else "right")
+    done = {g.seq for g in groups}
+    for g in groups:
+        t = g.total
+        lat = t.get("lat_mean_ns")
+        table.add_row(g.name, str(g.cell.get("mtu")), str(g.cell.get("paths")),
+                      *[_g(g.per_path[p]["gbps"]) if p in g.per_path else "-" for p in paths],
+                      _g(t.get("initiator_gbps")), _g(t.get("target_gbps")),
+                      f"{t['initiator_iops']:,.0f}" if t.get("initiator_iops") is not None else "-",
+                      "-" if lat is None else f"{lat / 1000:,.1f}",
+                      "-" if g.skew_ms is None else f"{g.skew_ms:.1f}",
+                      "-" if g.window_start is None or g.window_end is None else f"{g.window_end - g.window_start:.1f}",
+                      "ok" if g.complete else f"incomplete: {g.reason}")
+    for st in detail.steps:                  # cells not measured (yet): their steps' states
+        if st.seq not in done and st.kind == "net" and st.cell.get("role") == "initiator":
+            table.add_row(st.name.rsplit("@", 1)[0], str(st.cell.get("mtu")), str(st.cell.get("paths")),
+                          *["-"] * (len(paths) + 7), st.state)
+    return table
+
+
+def comparisons(groups: Sequence[NetGroup]) -> list[str]:
+    """Multipath against single path at each MTU, and MTU 9000 against 1500 in each path mode."""
+    by = {cell_key(g): g.total.get("initiator_gbps") for g in groups if g.complete}
+    lines = []
+    for (profile, mtu, mode), gbps in sorted(by.items()):
+        if mode == "multi" and (single := by.get((profile, mtu, "single"))) and gbps is not None:
+            lines.append(f"multipath vs single path: {profile} at MTU {mtu}: {gbps:.3f} vs {single:.3f} Gbps "
+                         f"(x{gbps / single:.2f})")
+    for (profile, mtu, mode), gbps in sorted(by.items()):
+        if mtu == 9000 and (small := by.get((profile, 1500, mode))) and gbps is not None:
+            lines.append(f"MTU 9000 vs 1500: {profile} {mode} path: {gbps:.3f} vs {small:.3f} Gbps "
+                         f"({(gbps / small - 1) * 100:+.1f}%)")
+    return lines
+
+
+def failure_lines(groups: Sequence[NetGroup]) -> list[str]:
+    lines = []
+    for g in groups:
+        for f in g.failures:
+            began = g.starts.get(f.get("host", ""), g.window_start or 0.0)
+            others = ", ".join(f.get("survivors", [])) or "no path"
+            lines.append(f"path failure: {g.name}: {f.get('host')} path {f['path']} stopped "
+                         f"{f['stopped_at'] - began:+.1f}s after the start; {others} carried on "
+                         f"{f['carried_on_s']:.1f}s at {f['survivor_gbps']:.3f} Gbps")
+    return lines
+
+
+def print_net_run(console: Console, detail: RunDetail) -> None:
+    console.print(net_table(detail))
+    groups = detail.net_groups
+    for line in comparisons(groups) + failure_lines(groups):
+        console.print(line, highlight=False)
+    skews = [g.skew_ms for g in groups if g.skew_ms is not None]
+    if skews:
+        console.print(f"start skew across hosts: max {max(skews):.1f} ms over {len(skews)} cell(s) (limit 100 ms)",
+                      highlight=False)
+    run = detail.run
+    if run.reason:
+        console.print(f"reason: {run.reason}")
+    for step in detail.steps:
+        if step.state != "SUCCEEDED" and step.reason:
+            console.print(f"  {step.name}: {step.reason}")
+    hosts: dict[str, Any] = {}
+    for res in detail.results.values():
+        h = res.provenance.get("host", {})
+        hosts.setdefault(h.get("hostname", "?"), h)
+    for name, h in sorted(hosts.items()):
+        decl = ", ".join(f"{p['name']}={p['iface']}" + (f"@{p['peer']}" if p.get("peer") else "")
+                         for p in h.get("net_paths", []))
+        console.print(f"host {name}: kernel {h.get('kernel')} | {h.get('fio_version')} | paths {decl}", highlight=False)
+
+
+def print_net_comparison(console: Console, a: RunDetail, b: RunDetail) -> None:
+    """Two network runs cell by cell (profile, MTU, path mode): total and per-path Gbps, B against A."""
+    console.print(f"A: {a.run.id} ({a.run.suite_name}, {(a.run.topology or {}).get('tool')})\n"
+                  f"B: {b.run.id} ({b.run.suite_name}, {(b.run.topology or {}).get('tool')})", highlight=False)
+    paths = _initiator_paths([*a.net_groups, *b.net_groups])
+    table = Table("cell", "MTU", "paths", "Gbps A", "Gbps B", "B vs A", *[f"{p} A/B" for p in paths])
+    bk = {cell_key(g): g for g in b.net_groups}
+    seen = set()
+    for ga in a.net_groups:
+        key = cell_key(ga)
+        seen.add(key)
+        gb = bk.get(key)
+        ta, tb = ga.total.get("initiator_gbps"), gb.total.get("initiator_gbps") if gb else None
+        diff = f"{(tb / ta - 1) * 100:+.1f}%" if ta and tb is not None else "-"
+        per = [f"{_g(ga.per_path.get(p, {}).get('gbps'))}/{_g(gb.per_path.get(p, {}).get('gbps') if gb else None)}"
+               for p in paths]
+        table.add_row(ga.name, str(key[1]), key[2], _g(ta), _g(tb), diff, *per)
+    for key, gb in bk.items():
+        if key not in seen:
+            table.add_row(gb.name, str(key[1]), key[2], "-", _g(gb.total.get("initiator_gbps")), "-",
+                          *[f"-/{_g(gb.per_path.get(p, {}).get('gbps'))}" for p in paths])
+    console.print(table)
