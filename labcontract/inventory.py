@@ -69,6 +69,8 @@ class Dut(BaseModel):
     wipe_ok: StrictBool = False
     nvme_controller: str | None = None          # /dev/nvme0 when it cannot be derived from the path
     nsid: int | None = Field(default=None, ge=1)
+    scheduler: Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")] | None = None   # its I/O scheduler
+                                                # (playbooks/roles/io_tuning; default io_tuning_scheduler)
 
     @field_validator("wwn")
     @classmethod

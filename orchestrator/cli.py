@@ -75,7 +75,7 @@ def suite_list() -> None:
     table = Table("suite", "cells", "devices", "description")
     for name in builtin_suites():
         s = load_suite(name)
-        table.add_row(name, str(len(s.cells)), str(s.devices or "any"), s.description)
+        table.add_row(name, str(len(s.cells)), "network" if s.network else str(s.devices or "any"), s.description)
     out.print(table)
 
 
@@ -110,9 +110,12 @@ def suite_render(
 @fails_cleanly
 def submit(
     suite_ref: Annotated[str, typer.Argument(metavar="SUITE", help=SUITE_HELP)],
-    host: Annotated[str, typer.Option(help="Host to run on (as registered by its agent).")],
-    device: Annotated[list[str], typer.Option(help="Declared DUT on that host: name, path or by-id path. "
-                                                   "Repeat for a device group.")],
+    host: Annotated[str | None, typer.Option(help="Host to run on (as registered by its agent); a network "
+                                                  "suite: its target.")] = None,
+    device: Annotated[list[str] | None, typer.Option(help="Declared DUT on that host: name, path or by-id path. "
+                                                          "Repeat for a device group.")] = None,
+    initiator: Annotated[list[str] | None, typer.Option(help="A network suite: an initiator host (repeat); "
+                                                             "default: the suite's network.initiators.")] = None,
     runtime: Annotated[int | None, typer.Option(help="Set every measured cell's runtime (s).")] = None,
     scale: Annotated[float | None, typer.Option(help="Multiply every duration (runtime, ramp, precondition "
                                                      "round) by this factor.")] = None,
@@ -148,14 +151,18 @@ def submit(
             expires_at = (not_before or _time.time()) + parse_duration(expires_after)
         except ValueError as e:
             problems.append(Problem("--expires-after", str(e)))
+    devices, initiators = list(device or ()), list(initiator or ())
     try:
-        suite = check_submission(suite_ref, host, device, _sessions())
+        suite = check_submission(suite_ref, host or "", devices, _sessions(), initiators)
     except SubmissionError as e:
         raise SubmissionError(e.source, [*e.problems, *problems]) from None
+    if suite.network is None and host is None:
+        problems.append(Problem("--host", "required (the host whose DUTs the suite runs on)"))
     if problems:
         raise SubmissionError(suite.source, problems)
     run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(
-        suite, host, device, runtime, scale, live, priority=priority, not_before=not_before, expires_at=expires_at)
+        suite, host or "", devices, runtime, scale, live, priority=priority, not_before=not_before,
+        expires_at=expires_at, initiators=initiators)
     if reply is None:
         print("warning: the controller has not answered yet; the submission waits in the broker",
               file=sys.stderr)
@@ -310,14 +317,31 @@ def prometheus_targets(
     out_dir: Annotated[Path, typer.Option("--dir", help="file_sd directory (deploy/prometheus/targets).")]
     = Path("deploy/prometheus/targets"),
     controller: Annotated[str | None, typer.Option(help="Controller metrics address host:port.")] = None,
+    inventory: Annotated[Path | None, typer.Option(help="Lab inventory directory: its agents' metrics_address "
+                                                        "(and the controller's) instead of the registered "
+                                                        "agents; the store is not read.")] = None,
 ) -> None:
-    """Write Prometheus file_sd targets: every registered agent's metrics address (and the controller's)."""
-    from orchestrator.promtargets import agent_targets, controller_targets, write_file_sd
+    """Write Prometheus file_sd targets: every registered agent's metrics address, or every agent of an
+    inventory (labelled host and groups), and the controller's."""
+    from orchestrator.promtargets import (
+        agent_targets,
+        controller_targets,
+        inventory_controller_address,
+        inventory_targets,
+        write_file_sd,
+    )
 
-    with _sessions()() as s:
-        agents = agent_targets(s)
+    if inventory is not None:
+        from labcontract.inventory import load_inventory
+
+        inv = load_inventory(inventory)
+        agents, source = inventory_targets(inv), f"from the inventory {inventory}"
+        controller = controller or inventory_controller_address(inv)
+    else:
+        with _sessions()() as s:
+            agents, source = agent_targets(s), "registered"
     write_file_sd(out_dir / "agents.json", agents)
-    print(f"{out_dir / 'agents.json'}: {len(agents)} agent target(s)")
+    print(f"{out_dir / 'agents.json'}: {len(agents)} agent target(s) {source}")
     if controller:
         write_file_sd(out_dir / "controller.json", controller_targets(controller))
         print(f"{out_dir / 'controller.json'}: {controller}")
@@ -459,7 +483,7 @@ def controller(log_level: Annotated[str, typer.Option()] = "INFO",
 @app.command()
 @fails_cleanly
 def agent(
-    dut: Annotated[list[str], typer.Option(help="Declared DUT: NAME=PATH or PATH (repeat).")],
+    dut: Annotated[list[str] | None, typer.Option(help="Declared DUT: NAME=PATH or PATH (repeat).")] = None,
     host: Annotated[str | None, typer.Option(help="Host name (default: hostname).")] = None,
     state_dir: Annotated[Path | None, typer.Option(help="Local state (attempts, fio output).")] = None,
     heartbeat: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 3.0,
@@ -472,8 +496,12 @@ def agent(
                                                                "announced to the controller (default: "
                                                                "hostname:port).")] = None,
     no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Serve no metrics.")] = False,
-    net_path: Annotated[list[str] | None, typer.Option(help="Declared network path NAME=IFACE whose "
-                                                            "interface bytes are exported (repeat).")] = None,
+    net_path: Annotated[list[str] | None, typer.Option(help="Declared network path NAME=IFACE[@PEER]: its "
+                                                            "interface bytes are exported, network steps name "
+                                                            "it; PEER is the target's portal on that path "
+                                                            "(repeat).")] = None,
+    manage_mtu: Annotated[bool, typer.Option(help="Network steps set their paths' MTU (else they only check "
+                                                  "it; Ansible sets it on lab hosts).")] = False,
     wipe_ok: Annotated[list[str] | None, typer.Option(help="DUT NAME whose filesystem / partition / LVM / MD "
                                                            "signatures a purge or write may destroy (repeat).")]
     = None,
@@ -482,11 +510,11 @@ def agent(
     from agents.cmd.agent import AgentOptions, main
 
     main(AgentOptions(broker_url=State.config.broker_url,
-                      state_dir=state_dir or State.config.lab_dir / "agent", dut_specs=tuple(dut),
+                      state_dir=state_dir or State.config.lab_dir / "agent", dut_specs=tuple(dut or ()),
                       host=host, heartbeat_s=heartbeat, fio_binary=fio, log_level=log_level,
                       metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
                       metrics_advertise=metrics_advertise, net_paths=tuple(net_path or ()),
-                      wipe_ok=tuple(wipe_ok or ())))
+                      manage_mtu=manage_mtu, wipe_ok=tuple(wipe_ok or ())))
 
 
 @app.command()

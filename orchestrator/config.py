@@ -42,5 +42,6 @@ class ControllerTuning:
     timeout_grace_s: float = 30.0         # past the agent's deadline by this much, the controller stops it
     ask_again_s: float = 15.0             # re-send an unanswered stop/report this often
     quarantine_after: int = 3             # failed health checks in a row that quarantine a host or DUT
+    net_start_lead_s: float = 1.5         # a network cell's hosts start together this long after dispatch
     dispatch_batch: int = 32              # starts sent per loop pass at most (the rest go next pass, a few ms
                                           # later): bounds the time a start waits behind others in one batch

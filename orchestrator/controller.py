@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, defer, selectinload, sessionmaker
 
 from labcontract import interlock
 from labcontract.errors import FioError, LabError, Problem, ProtocolError, SubmissionError, SuiteError
-from labcontract.fiojob import device_section
+from labcontract.fiojob import device_section, render_job
 from labcontract.fioresult import StepMetrics, parse_fio_groups
 from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
 from labcontract.protocol import (
@@ -57,7 +57,7 @@ from labcontract.protocol import (
     decode_event,
 )
 from labcontract.suite import RetryCause, Suite, Workload, parse_suite
-from orchestrator import health, netgroups, preconditioning, retries
+from orchestrator import health, netgroups, opmode, preconditioning, retries
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.dispatch import Dispatcher
@@ -993,11 +993,17 @@ class Controller:
                              devices=(), job_name=step.name, kind="net", suite=run.suite_name,
                              workload=Workload.model_validate(step.workload), net=self._net_start(run, step, att),
                              timeout_s=att.timeout_s, dispatched_at=att.dispatched_at or self.clock())
+        workload = Workload.model_validate(step.workload) if step.workload else None
+        if workload is not None and step.cell.get("op_mode", "stock") != "stock":
+            # an OP mode set on the device by dut_state: fio runs the cell's own footprint, not the emulation
+            workload, step.note = opmode.step_workload(run, step, self.artifacts.read)
+            if workload is not None:
+                step.job_text = render_job(workload, run.devices or [run.device])
         return StartStep(run_id=run.id, step_id=step.id, attempt_id=att.id, host=att.host,
                          action="purge" if step.kind == "purge" else "fio",
                          devices=tuple(run.devices or [run.device]), job_name=step.name,
                          kind=step.kind, round=step.round, suite=run.suite_name,
-                         workload=Workload.model_validate(step.workload) if step.workload else None,
+                         workload=workload,
                          status_interval_s=1 if step.kind == "precondition" or (step.workload and run.live)
                          else None,
                          timeout_s=att.timeout_s, dispatched_at=att.dispatched_at or self.clock())

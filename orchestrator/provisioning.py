@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from labcontract.inventory import Inventory
+from orchestrator.opmode import applied_ops
 
 log = logging.getLogger(__name__)
 LOCAL_KINDS = frozenset({"provision", "dut_state", "facts"})
@@ -158,6 +159,20 @@ def _dut_results(runner: Any) -> tuple[list[dict[str, Any]], list[str]]:
     return results, failures
 
 
+def mixed_op_methods(results: list[dict[str, Any]]) -> list[str]:
+    """Why an ``hp:`` OP mode set on the device (namespace resize, HPA, SCSI resize) for some devices of a
+    group and by the footprint method for others cannot be measured: the group's devices share one fio job,
+    so the footprint limit either applies to all of them or to none (orchestrator/opmode.py)."""
+    ops = [a for a in applied_ops(results) if a.op_mode != "stock"]
+    resized = [a for a in ops if a.on_device]
+    if not resized or len(resized) == len(ops):
+        return []
+    by_method = "; ".join(f"{a.device}: {a.method}" for a in ops)
+    return [f"{ops[0].op_mode} was set on some devices of the group only ({by_method}): the devices share one "
+            f"fio job, so all of them must be resized or none; give the group's DUTs the same op_methods in "
+            f"the inventory"]
+
+
 def outcome_of(job: _Job) -> LocalOutcome:
     runner = job.runner
     arts = {"ansible.log": ("\n".join(job.lines) + "\n").encode()}
@@ -179,6 +194,7 @@ def outcome_of(job: _Job) -> LocalOutcome:
         return LocalOutcome(ok=ok, reason="" if ok else f"facts playbook {runner.status} (rc {runner.rc})",
                             note=note, artifacts=arts)
     results, failures = _dut_results(runner)
+    failures += mixed_op_methods(results)
     arts["dut_state.json"] = json.dumps(results, indent=1).encode()
     ok = runner.status == "successful" and not failures
     note = "; ".join(f"{r['task'].split()[0].lower()} {(r.get('device') or {}).get('path', '?')}: {r.get('method')}"

@@ -1,8 +1,10 @@
 """Shared helpers for tests that run Ansible: ansible-runner runs, throw-away inventories, loop
-devices and fake device tools. Everything created here is removed by its own path/name."""
+devices, fake device tools, and an offline install of the agent (a wheel of this checkout and the
+project venv's packages as its dependencies). Everything created here is removed by its own path/name."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -10,6 +12,9 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
+import tomllib
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -152,3 +157,69 @@ def fake_tools(bin_dir: Path, log: Path, fixtures: dict[str, dict[str, str]]) ->
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+# --- the agent installed offline ---------------------------------------------------------------------------
+
+PROJECT_PACKAGES = ("labcontract", "orchestrator", "agents")
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def project_wheel(dest: Path) -> Path:
+    """A wheel of this checkout's packages (py3-none-any, with the ``labctl`` entry point), built without
+    a build backend or an index, so pip can install it offline (``--no-index --no-deps``)."""
+    from labcontract import __version__
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    name, dist_info = project["name"], f"{project['name']}-{__version__}.dist-info"
+    files: dict[str, bytes] = {}
+    for package in PROJECT_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                files[path.relative_to(ROOT).as_posix()] = path.read_bytes()
+    scripts = "".join(f"{k} = {v}\n" for k, v in project.get("scripts", {}).items())
+    files[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {__version__}\n".encode()
+    files[f"{dist_info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: storagelab-tests\nRoot-Is-Purelib: true\n"
+                                   b"Tag: py3-none-any\n")
+    files[f"{dist_info}/entry_points.txt"] = f"[console_scripts]\n{scripts}".encode()
+    record = "".join(f"{p},{_record_hash(d)},{len(d)}\n" for p, d in files.items()) + f"{dist_info}/RECORD,,\n"
+    files[f"{dist_info}/RECORD"] = record.encode()
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = dest / f"{name}-{__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name_in_zip, data in files.items():
+            zf.writestr(name_in_zip, data)
+    return wheel
+
+
+def dependency_dir(dest: Path) -> Path:
+    """A directory of links to every package of the running (project) venv but the project itself: on
+    ``PYTHONPATH`` it gives an offline venv the project's dependencies, while the project is imported
+    from that venv's own install."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in site.iterdir():
+        if entry.name.startswith(("storagelab", "__editable__", "_virtualenv")) or entry.suffix == ".pth" \
+                or entry.name in (*PROJECT_PACKAGES, "__pycache__"):
+            continue
+        (dest / entry.name).symlink_to(entry)
+    return dest
+
+
+def installed_debs(names: list[str]) -> list[str]:
+    """The Debian packages of ``names`` that dpkg has installed."""
+    res = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${db:Status-Status}\\n", *names],
+                         capture_output=True, text=True)
+    return [line.split()[0] for line in res.stdout.splitlines() if line.endswith(" installed")]
+
+
+def agent_process(pid: int) -> str | None:
+    """The command line of ``pid`` when it is a running storagelab agent (``labctl agent``), else None."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return None
+    return cmdline if "labctl agent" in cmdline else None

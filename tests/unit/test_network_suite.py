@@ -12,13 +12,13 @@ from agents.exporter import parse_net_decl
 from agents.netstep import NetStepError, _iscsi_failures, ensure_mtu
 from labcontract.errors import ConfigError, SuiteError
 from labcontract.facts import HostFacts, NetPathDecl
-from labcontract.protocol import Artifact, Register, StepEnded, StepStarted, Submit
+from labcontract.protocol import Artifact, Heartbeat, Register, StepEnded, StepStarted, Submit
 from labcontract.suite import builtin_suites, count_steps, load_suite, parse_suite
 from orchestrator.controller import Controller
 from orchestrator.netgroups import aggregate
 from orchestrator.planner import NetHosts, plan
-from orchestrator.scheduling import devices_of
-from orchestrator.store.models import NetGroup, Run
+from orchestrator.scheduling import decide, devices_of
+from orchestrator.store.models import Host, NetGroup, Run
 
 NET = """\
 suite: net
@@ -201,3 +201,32 @@ def test_iscsi_path_that_stops_is_a_failure_with_the_time_the_other_carried_on()
     (f,) = _iscsi_failures(paths, 108.0)
     assert f["path"] == "b" and f["stopped_at"] == 103.0 and f["survivors"] == ["a"]
     assert f["carried_on_s"] == 5.0 and f["survivor_gbps"] == pytest.approx(0.2)
+
+
+def test_network_runs_reserve_every_host_and_path_together(env: Any) -> None:
+    ctl, disp, clock, db = env
+    _register(ctl, "tgt", (NetPathDecl(name="a", iface="t1"), NetPathDecl(name="b", iface="t2")))
+    for ini in ("ini0", "ini1"):
+        _register(ctl, ini, (NetPathDecl(name="a", iface="i1", peer="198.18.1.1"),
+                             NetPathDecl(name="b", iface="i2", peer="198.18.1.5")))
+    assert _net_submit(ctl, run_id="n1").ok
+    assert _net_submit(ctl, run_id="n2", initiators=("ini1",)).ok    # shares the target: waits
+    ctl.schedule()
+    assert {m.run_id for m in disp.starts()} == {"n1"}
+    with db() as s:
+        runs = [s.get(Run, "n1"), s.get(Run, "n2")]
+        hosts = {h.name: h for h in s.query(Host).all()}
+        d = decide([r for r in runs if r is not None], hosts, clock.t, ctl.host_up)
+        assert d.waits["n2"].startswith("device(s) net:a, net:b held by run(s) n1"), d.waits["n2"]
+    clock.t += 30                                   # the target falls silent: nothing else starts on it
+    for host in ("ini0", "ini1"):
+        ctl.handle_event(_heartbeat(host))
+    with db() as s:
+        runs = [s.get(Run, "n1"), s.get(Run, "n2")]
+        hosts = {h.name: h for h in s.query(Host).all()}
+        d = decide([r for r in runs if r is not None], hosts, clock.t, ctl.host_up)
+        assert d.waits["n2"] == "host tgt is down"
+
+
+def _heartbeat(host: str) -> Heartbeat:
+    return Heartbeat(host=host)

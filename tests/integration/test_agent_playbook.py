@@ -1,0 +1,210 @@
+"""playbooks/agent.yml for real on this machine (connection local), in a throw-away prefix.
+
+- lab_packages: only packages dpkg already has, no apt cache update: ok, never changed (skipped where the
+  system Python has no apt bindings: the apt module would install python3-apt first);
+- driver: none (nothing is loaded);
+- io_tuning: the udev rule and the sysctl file are written under the prefix and never applied; the
+  I/O scheduler is set, through sysfs, on a loop device this test creates (and on nothing else);
+- lab_agent: the agent is pip-installed offline into a venv under the prefix (a wheel of this
+  checkout, ``--no-index --no-deps``; its dependencies are the project venv's, on PYTHONPATH) and
+  started by the pidfile script (this machine has no systemd). It is proven running by registering
+  at a real redis-server, through a real controller, with its DUT and metrics address.
+
+A second run changes nothing. The agent is stopped by the script and, whatever happens, killed by its
+pid; the loop device is detached by its name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from labcontract.inventory import load_inventory
+from orchestrator.lab import Lab, free_port, wait_for
+from orchestrator.store.db import make_engine, sessions
+from orchestrator.store.models import Host
+from tests.ansible_helpers import (
+    PlaybookRun,
+    agent_process,
+    can_use_loop_devices,
+    dependency_dir,
+    installed_debs,
+    local_inventory,
+    loop_device,
+    project_wheel,
+    run_playbook,
+)
+
+pytestmark = pytest.mark.integration
+
+LAB_PACKAGES = ["fio", "nvme-cli", "sg3-utils", "hdparm", "sysstat", "smartmontools", "util-linux", "python3-venv"]
+INSTALL_TASKS = ("Install the lab OS packages", "Install the agent into its venv",
+                 "Install the I/O scheduler udev rule", "Write the kernel settings",
+                 "Install the start script (no systemd)")
+
+
+def apt_bindings() -> bool:
+    """Whether the apt module can run without installing python3-apt (it re-runs itself with the system
+    Python when the venv's has no apt bindings)."""
+    return subprocess.run(["/usr/bin/python3", "-c", "import apt"], capture_output=True).returncode == 0
+
+
+def host_vars(tmp_path: Path, prefix: Path, broker: str, metrics_port: int) -> dict[str, Any]:
+    """Everything agent.yml writes goes under ``prefix``; nothing is installed from the network."""
+    return {
+        "lab_packages_install": apt_bindings(), "lab_packages_list": installed_debs(LAB_PACKAGES),
+        "lab_packages_update_cache": False,
+        "driver_package": "", "driver_module": "",
+        "io_tuning_udev_rules_file": str(prefix / "60-storagelab-scheduler.rules"), "io_tuning_udev_reload": False,
+        "io_tuning_sysctl": {"vm.swappiness": 1}, "io_tuning_sysctl_file": str(prefix / "60-storagelab.conf"),
+        "io_tuning_sysctl_apply": False,
+        "lab_agent_src": str(project_wheel(tmp_path / "wheels")), "lab_agent_venv": str(prefix / "venv"),
+        "lab_agent_venv_command": f"{sys.executable} -m venv", "lab_agent_pip_extra_args": "--no-index --no-deps",
+        "lab_agent_environment": {"PYTHONPATH": str(dependency_dir(tmp_path / "deps"))},
+        "lab_agent_service_mode": "script", "lab_agent_script": str(prefix / "storagelab-agent-ctl"),
+        "lab_agent_state_dir": str(prefix / "state"), "lab_agent_log_dir": str(prefix / "log"),
+        "lab_agent_run_dir": str(prefix / "run"), "lab_agent_unit_dir": str(prefix / "units"),
+        "lab_agent_broker_url": broker, "lab_agent_metrics_port": metrics_port, "lab_agent_metrics_bind": "127.0.0.1",
+        "metrics_address": f"127.0.0.1:{metrics_port}", "lab_agent_stop_timeout": 15,
+    }
+
+
+def task(run: PlaybookRun, name: str) -> dict[str, Any]:
+    (res,) = run.task_results(name)
+    return res
+
+
+def scheduler_of(dev: str) -> str:
+    return Path(f"/sys/block/{Path(dev).name}/queue/scheduler").read_text().strip()
+
+
+@contextlib.contextmanager
+def kept_scheduler(dev: str) -> Iterator[str]:
+    """The loop device's I/O scheduler, put back at the end: the kernel keeps it for the next user of that
+    loop device after it is detached."""
+    queue = Path(f"/sys/block/{Path(dev).name}/queue/scheduler")
+    original = queue.read_text().split("[", 1)[1].split("]", 1)[0]
+    try:
+        yield original
+    finally:
+        queue.write_text(original)
+
+
+def registered(db: sessionmaker[Session], after: float) -> Host | None:
+    try:
+        with db() as s:
+            h = s.get(Host, "localhost")
+            if h is None or not h.registered_at or h.registered_at < after:
+                return None
+            _ = [d.path for d in h.devices]
+            s.expunge(h)
+            return h
+    except Exception:                 # the controller has not created the schema yet
+        return None
+
+
+def kill_agent(pid: int) -> None:
+    if agent_process(pid) is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_agent_playbook_runs_for_real_and_a_second_run_changes_nothing(tmp_path: Path) -> None:
+    if not can_use_loop_devices():
+        pytest.skip("needs root and loop devices (the I/O scheduler is set on a loop device the test creates)")
+    t0 = time.monotonic()
+    prefix, lab = tmp_path / "prefix", Lab(tmp_path / "lab")
+    prefix.mkdir()                            # stands for the host's /: /etc/udev/rules.d, /etc/sysctl.d exist
+    pids: list[int] = []
+    try:
+        broker = lab.start_redis()
+        store = f"sqlite:///{tmp_path / 'lab' / 'store.sqlite'}"
+        controller = lab.start_controller(store)
+        with loop_device(tmp_path / "dut0.img", size_mib=8) as dev, kept_scheduler(dev) as original:
+            wanted = next(s for s in ("mq-deadline", "none") if s != original)
+            inv = local_inventory(tmp_path / "inv", [{"name": "dut0", "kind": "loop", "path": dev,
+                                                      "scheduler": wanted}],
+                                  **host_vars(tmp_path, prefix, broker, free_port()))
+            load_inventory(inv)           # what the playbook reads is a valid lab inventory
+            since = time.time()
+            try:
+                first = run_playbook("agent.yml", inv, tmp_path / "run1")
+                script = prefix / "storagelab-agent-ctl"
+                if (prefix / "run" / "agent.pid").exists():
+                    pids.append(int((prefix / "run" / "agent.pid").read_text()))
+                assert first.status == "successful", [e.get("stdout") for e in first.events[-8:]]
+                t_first = time.monotonic() - t0
+
+                # packages already installed: ok, not changed; the rest was installed and started
+                if apt_bindings():
+                    packages = task(first, "Install the lab OS packages")
+                    assert not packages["changed"] and not packages.get("cache_updated"), packages
+                    assert packages["invocation"]["module_args"]["name"] == installed_debs(LAB_PACKAGES), packages
+                assert task(first, "Install the agent into its venv")["changed"]
+                started = task(first, "Start the agent (no systemd)")
+                assert started["changed"] and started["stdout"].startswith("started (pid "), started
+                assert first.item_results("Set the I/O scheduler of the declared DUTs now")[0]["stdout"] == "changed"
+                assert f"[{wanted}]" in scheduler_of(dev)
+                assert (prefix / "60-storagelab.conf").read_text().splitlines()[1:] == ["vm.swappiness = 1"]
+                assert not (prefix / "60-storagelab-scheduler.rules").read_text().count("ATTR{")  # a loop DUT: no rule
+
+                # a running agent of the prefix's venv, registered with its DUT and metrics address
+                (pid,) = pids
+                cmdline = agent_process(pid)
+                venv_bin = prefix / "venv" / "bin"
+                assert cmdline is not None and cmdline.startswith(f"{venv_bin}/python"), cmdline
+                assert f" {venv_bin}/labctl agent --host localhost " in cmdline, cmdline
+                assert list((prefix / "venv" / "lib").glob("python3*/site-packages/orchestrator/controller.py"))
+                db = sessions(make_engine(store))
+
+                def up() -> Host | None:
+                    if not controller.alive():
+                        raise AssertionError(f"controller died:\n{controller.tail()}")
+                    if agent_process(pid) is None:
+                        raise AssertionError(f"agent died:\n{(prefix / 'log' / 'agent.log').read_text()[-3000:]}")
+                    return registered(db, since)
+
+                host = wait_for(up, 30, "the installed agent to register")
+                assert isinstance(host, Host)
+                assert [(d.name, d.path) for d in host.devices] == [("dut0", dev)]
+                assert host.facts["metrics_address"] == f"127.0.0.1:{host_vars_port(inv)}"
+                t_registered = time.monotonic() - t0
+
+                # the second run: nothing to do, the same agent keeps running
+                second = run_playbook("agent.yml", inv, tmp_path / "run2")
+                assert second.status == "successful"
+                for name in INSTALL_TASKS[0 if apt_bindings() else 1:]:
+                    assert not task(second, name)["changed"], name
+                assert task(second, "Start the agent (no systemd)")["stdout"] == f"already running (pid {pid})"
+                assert second.changed() == 0, [(e["event_data"].get("task"), e["event"]) for e in second.events
+                                               if e.get("event_data", {}).get("res", {}).get("changed")]
+                assert agent_process(pid) is not None
+                t_second = time.monotonic() - t0
+
+                # stopped by the script, by its pid
+                res = subprocess.run([str(script), "stop"], capture_output=True, text=True, timeout=30)
+                assert res.returncode == 0 and res.stdout.strip() == "stopped", res.stdout + res.stderr
+                assert agent_process(pid) is None and not (prefix / "run" / "agent.pid").exists()
+                status = subprocess.run([str(script), "status"], capture_output=True, text=True, timeout=10)
+                assert status.returncode == 3 and status.stdout.strip() == "stopped"
+            finally:
+                for pid in pids:
+                    kill_agent(pid)
+        print(f"timings: first run {t_first:.1f}s, registered {t_registered:.1f}s, second run {t_second:.1f}s, "
+              f"total {time.monotonic() - t0:.1f}s")
+    finally:
+        lab.stop()
+
+
+def host_vars_port(inv: Path) -> int:
+    return int(str(load_inventory(inv).host("localhost").metrics_address).rsplit(":", 1)[1])
