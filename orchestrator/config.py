@@ -43,5 +43,5 @@ class ControllerTuning:
     ask_again_s: float = 15.0             # re-send an unanswered stop/report this often
     quarantine_after: int = 3             # failed health checks in a row that quarantine a host or DUT
     net_start_lead_s: float = 1.5         # a network cell's hosts start together this long after dispatch
-    dispatch_batch: int = 32              # starts sent per loop pass at most (the rest go next pass, a few ms
+    dispatch_batch: int = 16              # starts sent per loop pass at most (the rest go next pass, a few ms
                                           # later): bounds the time a start waits behind others in one batch

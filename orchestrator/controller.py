@@ -833,9 +833,10 @@ class Controller:
             for run in runs:
                 if run.state == RunState.QUEUED and run.expires_at is not None and now >= run.expires_at:
                     self._expire(run)
-            # facts and health are large JSON the scheduler never reads: not loaded here
+            # facts and health are large JSON the scheduler never reads: not loaded here; the devices' observed
+            # state is (the interlock reads it for every start; deferred, it cost a query per start)
             hosts = {h.name: h for h in s.scalars(select(Host).options(
-                defer(Host.facts), defer(Host.health), selectinload(Host.devices).defer(Device.observed)))}
+                defer(Host.facts), defer(Host.health), selectinload(Host.devices)))}
             summary = StepSummary.of(s, [r.id for r in runs])
             for run in runs:
                 self._stop_if_quarantined(run, hosts, summary)

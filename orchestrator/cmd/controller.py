@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -62,6 +63,10 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
     signal.signal(signal.SIGINT, _stop)
     log.info("controller up: store %s, broker %s", engine.url.render_as_string(hide_password=True),
              config.broker_url)
+    # The start-up heap (~130k objects: SQLAlchemy, Celery, pydantic) never dies; frozen, it is left out of
+    # every full collection, which otherwise stops the loop ~75 ms about once a second (docs/performance.md)
+    gc.collect()
+    gc.freeze()
     try:
         controller.run_forever()
     finally:
