@@ -280,38 +280,23 @@ class Agent:
             self.publish(StepEnded(host=self.host, attempt_id=attempt_id, outcome="refused", reason=str(e)))
             return
         logger = self._log(msg)
+        duts: list[DeclaredDut] = []
+        paths: list[NetPathDecl] = []
         if msg.host != self.host:
-            reason = f"message for host {msg.host} reached host {self.host}"
-            self.note_error()
-            logger.error("refused attempt %s: %s", msg.attempt_id, reason)
-            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
-            return
-        if msg.action == "net":
-            self._start_net(msg, logger)
-            return
-        duts, refusals = [], []
-        for device in msg.devices:
-            try:
-                duts.append(self.dut_for(device))
-            except DeviceRefused as e:
-                refusals.append(str(e))
-        if refusals or not duts:
-            reason = "; ".join(refusals) or "no device named"
-            self.note_error()
-            logger.error("refused attempt %s: %s", msg.attempt_id, reason)
-            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
-            return
-        twice = len({d.path for d in duts}) != len(duts)
-        refused = "a device is named twice in one step" if twice else self.interlock_refusal(msg, duts)
+            refused = f"message for host {msg.host} reached host {self.host}"
+        elif msg.action == "net":
+            paths, problems = self.net_paths_for(msg)
+            refused = "; ".join(problems)
+        else:
+            duts, refused = self.duts_for(msg)
         if refused:
-            reason = refused
             self.note_error()
-            logger.error("refused attempt %s: %s", msg.attempt_id, reason)
-            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
+            logger.error("refused attempt %s: %s", msg.attempt_id, refused)
+            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=refused))
             return
         with self._lock:
             try:
-                attempt, launched = self.runner.start(msg, duts)
+                attempt, launched = self.runner.start(msg, duts, paths, manage_mtu=self.config.manage_mtu)
             except FioError as e:
                 self.note_error()
                 logger.error("attempt %s could not start: %s", msg.attempt_id, e)
@@ -320,13 +305,27 @@ class Agent:
                     self._report_end(attempt_or_none)
                 return
             if launched:
+                where = ", ".join(d.path for d in duts) if duts else "path(s) " + ", ".join(p.name for p in paths)
                 logger.info("attempt %s started %s pid %s on %s", msg.attempt_id,
-                            "fio" if msg.action == "fio" else msg.action, attempt.state().get("pid"),
-                            ", ".join(d.path for d in duts))
+                            "fio" if msg.action == "fio" else msg.action, attempt.state().get("pid"), where)
                 self.publish(self._started_event(attempt))
             else:
                 logger.info("attempt %s already known; start ignored (redelivery)", msg.attempt_id)
                 self._report(attempt)
+
+    def duts_for(self, msg: StartStep) -> tuple[list[DeclaredDut], str]:
+        """The declared DUTs a fio or purge step names, and why it is refused ("" when it is not)."""
+        duts, refusals = [], []
+        for device in msg.devices:
+            try:
+                duts.append(self.dut_for(device))
+            except DeviceRefused as e:
+                refusals.append(str(e))
+        if refusals or not duts:
+            return duts, "; ".join(refusals) or "no device named"
+        if len({d.path for d in duts}) != len(duts):
+            return duts, "a device is named twice in one step"
+        return duts, self.interlock_refusal(msg, duts) or ""
 
     def net_paths_for(self, msg: StartStep) -> tuple[list[NetPathDecl], list[str]]:
         """The declared paths a network step names, and what is wrong with the request."""
@@ -345,32 +344,6 @@ class Agent:
             else:
                 paths.append(p)
         return paths, problems
-
-    def _start_net(self, msg: StartStep, logger: logging.LoggerAdapter[logging.Logger]) -> None:
-        paths, problems = self.net_paths_for(msg)
-        if problems:
-            reason = "; ".join(problems)
-            self.note_error()
-            logger.error("refused attempt %s: %s", msg.attempt_id, reason)
-            self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=reason))
-            return
-        with self._lock:
-            try:
-                attempt, launched = self.runner.start(msg, (), paths, manage_mtu=self.config.manage_mtu)
-            except FioError as e:
-                self.note_error()
-                logger.error("attempt %s could not start: %s", msg.attempt_id, e)
-                known = self.runner.get(msg.attempt_id)
-                if known is not None:
-                    self._report_end(known)
-                return
-            if launched:
-                assert msg.net is not None
-                logger.info("attempt %s: network step (%s, %s) on path(s) %s, starting at %.3f", msg.attempt_id,
-                            msg.net.role, msg.net.tool, ", ".join(p.name for p in paths), msg.net.start_at)
-                self.publish(self._started_event(attempt))
-            else:
-                self._report(attempt)
 
     def cancel_step(self, payload: dict[str, Any]) -> None:
         msg: CancelStep = decode(CancelStep, payload)

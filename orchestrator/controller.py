@@ -62,7 +62,7 @@ from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.dispatch import Dispatcher
 from orchestrator.notify import Notifier, payload
-from orchestrator.planner import NetHosts, plan
+from orchestrator.planner import net_hosts_of, plan
 from orchestrator.provisioning import LOCAL_KINDS, LocalOutcome, LocalStep, Provisioner
 from orchestrator.scheduling import StepSummary, decide, run_unavailable
 from orchestrator.states import (
@@ -690,7 +690,7 @@ class Controller:
         """A network run: its hosts are the target and the initiators; a step per host and cell."""
         net = suite.network
         assert net is not None
-        hosts = NetHosts(cmd.host or net.target or "", tuple(cmd.initiators) or net.initiators)
+        hosts = net_hosts_of(suite, cmd.host or None, cmd.initiators)     # both present: checked on submission
         run = Run(id=cmd.run_id, suite_name=suite.name, suite_source=cmd.suite_source,
                   suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=hosts.target, device="net",
                   devices=[], topology=netgroups.topology(suite, hosts), runtime_override=cmd.runtime_override,

@@ -4,6 +4,7 @@ and stopped (by pid / device name) at the end."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -33,6 +34,15 @@ profiles:
   - {name: 4k-randread, rw: randread, bs: 4k, iodepth: 8}
   - {name: 8k-randrw, rw: randrw, bs: 8k, rwmixread: 70, iodepth: 4, numjobs: 2}
 """
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process (e.g. a fio the agent left in its own session) still exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def one_workload(runtime: int, name: str = "long-randread") -> str:

@@ -4,7 +4,6 @@ its agent (quarantine, ``labctl hosts``, ``labctl queue``, ``labctl hosts releas
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -12,17 +11,9 @@ import time
 import pytest
 
 from orchestrator.lab import wait_for
-from tests.conftest import LabHandle, one_workload
+from tests.conftest import LabHandle, one_workload, pid_alive
 
 pytestmark = pytest.mark.integration
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 REPURGE_SUITE = one_workload(18).replace("profiles:", "phases: {purge: true}\nretry: {max_attempts: 2, "
@@ -40,15 +31,15 @@ def test_agent_killed_until_lost_has_its_orphan_stopped_and_the_step_retried(fre
     pid = int(lab.detail(run_id).steps[1].attempts[0].pid or 0)
     lab.lab.stop_proc(lab.agent, signal.SIGKILL)
     killed = time.monotonic()
-    assert _alive(pid), "fio must survive its agent"
+    assert pid_alive(pid), "fio must survive its agent"
     lab.wait_step_state(run_id, "LOST", timeout=20)
     detected = time.monotonic() - killed
     assert detected <= 10.5, f"loss detected {detected:.1f}s after the kill"
-    assert _alive(pid), "the orphan still runs while its host is away"
+    assert pid_alive(pid), "the orphan still runs while its host is away"
     lab.restart_agent()
     d = lab.wait_run(run_id, timeout=90)
     assert d.run.state == "SUCCEEDED", d.run.reason
-    assert not _alive(pid)
+    assert not pid_alive(pid)
     step = next(st for st in d.steps if st.id == measure.id)
     first, second = step.attempts
     assert first.state == "FAILED" and "orphaned fio was stopped" in first.reason and first.lost_at

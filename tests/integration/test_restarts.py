@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
 import time
 import uuid
@@ -14,7 +13,7 @@ from labcontract.protocol import StartStep
 from labcontract.suite import parse_suite
 from orchestrator.dispatch import Dispatcher
 from orchestrator.lab import wait_for
-from tests.conftest import LabHandle, events_tail, one_workload
+from tests.conftest import LabHandle, events_tail, one_workload, pid_alive
 
 pytestmark = pytest.mark.integration
 
@@ -25,21 +24,13 @@ def _fio_pid(d: object) -> int:
     return int(att.pid)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_agent_killed_mid_fio_readopts_it(fresh_lab: LabHandle) -> None:
     lab = fresh_lab
     run_id = lab.submit(one_workload(6))
     d = lab.wait_step_state(run_id, "RUNNING")
     pid = _fio_pid(d)
     lab.lab.stop_proc(lab.agent, signal.SIGKILL)
-    assert _alive(pid), "fio must survive its agent"
+    assert pid_alive(pid), "fio must survive its agent"
     lab.restart_agent()
     d = lab.wait_run(run_id, timeout=60)
     assert d.run.state == "SUCCEEDED", d.run.reason
@@ -55,7 +46,7 @@ def test_fio_finished_while_agent_was_away_is_reported(fresh_lab: LabHandle) -> 
     d = lab.wait_step_state(run_id, "RUNNING")
     pid = _fio_pid(d)
     lab.lab.stop_proc(lab.agent, signal.SIGKILL)
-    wait_for(lambda: not _alive(pid), 30, "fio to finish without its agent")
+    wait_for(lambda: not pid_alive(pid), 30, "fio to finish without its agent")
     assert lab.detail(run_id).steps[0].state in ("RUNNING", "LOST")
     lab.restart_agent()
     d = lab.wait_run(run_id, timeout=60)

@@ -6,7 +6,6 @@ namespaces this test makes; everything is removed at the end by name.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ import pytest
 from orchestrator.lab import Lab, wait_for
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
-from tests.conftest import QUICK_SUITE, LabHandle, one_workload
+from tests.conftest import QUICK_SUITE, LabHandle, one_workload, pid_alive
 
 pytestmark = pytest.mark.system
 
@@ -109,18 +108,10 @@ def test_link_cut_mid_step_marks_it_lost_and_its_output_is_collected_on_return(r
     lab.wait_step_state(run_id, "LOST", timeout=30)
     detected = time.monotonic() - cut
     assert detected <= 10.5, f"loss detected after {detected:.1f}s"
-    wait_for(lambda: not _alive(pid), 30, "fio to finish behind the cut link", interval=0.2)
+    wait_for(lambda: not pid_alive(pid), 30, "fio to finish behind the cut link", interval=0.2)
     ns_host.link(True)
     d = lab.wait_run(run_id, timeout=120)
     assert d.run.state == "SUCCEEDED", d.run.reason
     (att,) = d.steps[0].attempts                  # the same fio, never a second one
     assert att.state == "SUCCEEDED" and "output collected on its return" in att.reason and att.lost_at
     assert d.results[d.steps[0].id].runtime_ms >= 11_500
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
