@@ -19,13 +19,12 @@ from pydantic import TypeAdapter
 
 from agents import health
 from agents.live import LiveReader
-from agents.runner import Attempt, FioRunner
+from agents.runner import SAFE_ID, Attempt, FioRunner, checked_job, same_device
 from labcontract import __version__, interlock
 from labcontract.errors import DeviceRefused, FioError, LabError, ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts, NetPathDecl
 from labcontract.live import LiveStatus
 from labcontract.protocol import (
-    EVENTS_STREAM,
     CancelStep,
     Event,
     HealthCheck,
@@ -37,6 +36,7 @@ from labcontract.protocol import (
     StepStarted,
     StepUnknown,
     decode,
+    events_stream,
 )
 from labcontract.telemetry import LIVE_KEY_PREFIX
 
@@ -65,10 +65,11 @@ class AgentConfig:
 
 
 class EventPublisher:
-    """Appends events to the controller's stream. ``send`` is the only way out of the agent."""
+    """Appends events to the host's own events stream (``lab:events:<host>``, the only one its Redis user may
+    write; the controller reads them all). ``send`` is the only way out of the agent."""
 
-    def __init__(self, client: Any, stream: str = EVENTS_STREAM) -> None:
-        self.client, self.stream = client, stream
+    def __init__(self, client: Any, host: str) -> None:
+        self.client, self.stream = client, events_stream(host)
 
     def send(self, event: Event) -> None:
         self.client.xadd(self.stream, {"data": event.model_dump_json()}, maxlen=EVENTS_MAXLEN,
@@ -153,14 +154,21 @@ class Agent:
         return Register(host=self.host, agent_version=__version__, facts=self.facts, duts=duts,
                         running=running, health=checks)
 
-    def interlock_refusal(self, msg: StartStep, duts: Sequence[DeclaredDut]) -> str | None:
-        """The safety interlock, again on the host at start: a purge or a writing workload is refused on
-        a device that is mounted, in use, carries a signature (unless wipe_ok) or backs the root fs."""
-        op = interlock.destructive_operation(msg.action, msg.workload.rw if msg.workload else None)
-        if op is None:
+    def interlock_refusal(self, msg: StartStep, duts: Sequence[DeclaredDut],
+                          written: Sequence[DeclaredDut] | None = None) -> str | None:
+        """The safety interlock, again on the host at start: a purge, or a job whose rendered file writes
+        to a device (``written``: the DUTs the checked job file writes, whatever the workload declares), is
+        refused on a device that is mounted, in use, carries a signature (unless wipe_ok) or backs the root fs."""
+        if msg.action == "purge":
+            op, targets = "purge", list(duts)
+        else:
+            declared_op = interlock.destructive_operation(msg.action, msg.workload.rw if msg.workload else None)
+            targets = list(written) if written is not None else (list(duts) if declared_op else [])
+            op = "write"
+        if not targets:
             return None
         declared = [interlock.DeclaredDut(name=d.name, path=d.path, wipe_ok=d.wipe_ok) for d in self.config.duts]
-        return "; ".join(interlock.refusals([interlock.observe(d.path) for d in duts], declared, op)) or None
+        return "; ".join(interlock.refusals([interlock.observe(d.path) for d in targets], declared, op)) or None
 
     def health_checks(self) -> tuple[HealthCheck, ...]:
         every = self.config.health_every
@@ -186,15 +194,44 @@ class Agent:
         self._wake.set()
 
     def monitor(self) -> None:
-        """Loop of the monitor thread: end detection, timeouts, heartbeats, live status."""
+        """Loop of the monitor thread: end detection, timeouts, heartbeats, live status. A Redis outage
+        is logged once when it starts, at most once per ``every_s`` while it lasts (with a count) and
+        once when it ends (a heartbeat got through; with its duration), never a traceback per pass;
+        another failure of a part is logged with its traceback at most once per ``every_s``."""
+        import redis
+
+        every_s = 30.0
+        outage: list[float] = []             # [start, last logged, failed passes] while Redis is away
+        logged: dict[str, float] = {}        # part -> when its last unexpected failure was logged
         while not self._stop.is_set():
             # each part on its own: a redis blip in the heartbeat must not freeze the live status
+            away, beat = False, self._last_heartbeat
             for part in (self.check_attempts, self.heartbeat_if_due, self.update_live):
                 try:
                     part()
-                except Exception:  # keep the thread alive through a redis blip; logged
+                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
+                    away, now = True, time.monotonic()
+                    if not outage:
+                        outage[:] = [now, now, 0.0]
+                        self.note_error()
+                        log.warning("redis unavailable (%s: %s); retrying every %.1fs", type(e).__name__, e,
+                                    self.config.poll_s)
+                    elif now - outage[1] >= every_s:
+                        outage[1] = now
+                        log.warning("redis still unavailable after %.0fs (%d failed passes; %s)",
+                                    now - outage[0], int(outage[2]), e)
+                except Exception:  # keep the thread alive; logged with its traceback, once per interval
+                    now = time.monotonic()
                     self.note_error()
-                    log.exception("[host %s] monitor pass failed (%s)", self.host, part.__name__)
+                    if now - logged.get(part.__name__, -every_s) >= every_s:
+                        logged[part.__name__] = now
+                        log.exception("monitor pass failed (%s)", part.__name__)
+            if away:
+                outage[2] += 1
+            elif outage and self._last_heartbeat != beat:       # a heartbeat reached redis again
+                log.warning("redis available again after %.1fs (%d failed passes)", time.monotonic() - outage[0],
+                            int(outage[2]))
+                outage.clear()
             self._wake.wait(self.config.poll_s)
             self._wake.clear()
 
@@ -264,21 +301,30 @@ class Agent:
     # --- task handlers -------------------------------------------------------------------
 
     def dut_for(self, device: str) -> DeclaredDut:
+        """The declared DUT ``device`` names (its name, path or by-id link; a symlink to it resolved)."""
         for dut in self.config.duts:
             if device in (dut.path, dut.name, dut.by_id):
                 return dut
+        if device.startswith("/"):
+            for dut in self.config.duts:
+                if same_device(device, dut.path):
+                    return dut
         declared = ", ".join(d.path for d in self.config.duts) or "none"
         raise DeviceRefused(self.host, device, f"not a declared DUT of this host (declared: {declared})")
 
     def start_step(self, payload: dict[str, Any]) -> None:
+        """A start request: validated as strictly as a suite (ids path-safe, every value that reaches the job
+        file typed and bounded); refused with the reason, never anything created, for anything else."""
         try:
             msg: StartStep = decode(StartStep, payload)
         except ProtocolError as e:
-            attempt_id = str(payload.get("attempt_id", "?"))
+            raw_id = payload.get("attempt_id") if isinstance(payload, dict) else None
             self.note_error()
-            log.error("[host %s] rejected start of attempt %s: %s", self.host, attempt_id, e)
-            self.publish(StepEnded(host=self.host, attempt_id=attempt_id, outcome="refused", reason=str(e)))
-            return
+            self._log(None).error("rejected start of attempt %r: %s", str(raw_id)[:140], e)
+            if isinstance(raw_id, str) and SAFE_ID.match(raw_id) and ".." not in raw_id:
+                self.publish(StepEnded(host=self.host, attempt_id=raw_id, outcome="refused",
+                                       reason=f"start refused: {e}"[:4000]))
+            return          # an id that is not path-safe names no attempt the controller could know
         logger = self._log(msg)
         duts: list[DeclaredDut] = []
         paths: list[NetPathDecl] = []
@@ -303,6 +349,9 @@ class Agent:
                 attempt_or_none = self.runner.get(msg.attempt_id)
                 if attempt_or_none is not None:
                     self._report_end(attempt_or_none)
+                else:            # refused before its directory existed (the job file check, an unsafe id)
+                    self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused",
+                                           reason=str(e)[:4000]))
                 return
             if launched:
                 where = ", ".join(d.path for d in duts) if duts else "path(s) " + ", ".join(p.name for p in paths)
@@ -314,7 +363,9 @@ class Agent:
                 self._report(attempt)
 
     def duts_for(self, msg: StartStep) -> tuple[list[DeclaredDut], str]:
-        """The declared DUTs a fio or purge step names, and why it is refused ("" when it is not)."""
+        """The declared DUTs a fio or purge step names, and why it is refused ("" when it is not). A fio
+        step's job file is rendered and parsed here: every filename must be one of these DUTs, and every
+        DUT a job section writes to goes through the interlock (not the workload's declared rw alone)."""
         duts, refusals = [], []
         for device in msg.devices:
             try:
@@ -325,7 +376,13 @@ class Agent:
             return duts, "; ".join(refusals) or "no device named"
         if len({d.path for d in duts}) != len(duts):
             return duts, "a device is named twice in one step"
-        return duts, self.interlock_refusal(msg, duts) or ""
+        written: tuple[DeclaredDut, ...] | None = None
+        if msg.action == "fio":
+            try:
+                written = checked_job(msg, duts).written
+            except FioError as e:
+                return duts, str(e)
+        return duts, self.interlock_refusal(msg, duts, written) or ""
 
     def net_paths_for(self, msg: StartStep) -> tuple[list[NetPathDecl], list[str]]:
         """The declared paths a network step names, and what is wrong with the request."""
@@ -379,14 +436,12 @@ class Agent:
 def make_worker_app(agent: Agent, broker_url: str) -> Any:
     """The Celery app of one agent: three tasks on the queue ``agent.<host>``."""
     from celery import Celery
-    from kombu.entity import Queue
 
-    from labcontract.protocol import TASK_CANCEL, TASK_REPORT, TASK_START, agent_queue
+    from labcontract.protocol import TASK_CANCEL, TASK_REPORT, TASK_START
     from labcontract.transport import celery_settings
 
     app = Celery(f"agent-{agent.host}", set_as_current=False)
-    app.conf.update(celery_settings(broker_url))
-    app.conf.task_queues = [Queue(agent_queue(agent.host))]  # type: ignore[no-untyped-call]
+    app.conf.update(celery_settings(broker_url, host=agent.host))   # its queue, its unacked keys (ACL)
 
     def _guard(fn: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
         def run(msg: dict[str, Any]) -> None:

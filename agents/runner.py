@@ -6,7 +6,7 @@ Layout under the agent's state directory::
         start.json      the StartStep message that created it
         job.fio         the rendered job file (action fio)
         purge.sh        the purge commands (action purge): blkdiscard / punch-hole, declared DUTs only
-        state.json      pid, process start time, launch time, deadline
+        state.json      pid, process start time, launch time (wall and monotonic, boot id), timeout
         fio.json        fio --output (json+)
         fio.stdout      fio.stderr
         rc              fio's exit code, written by the wrapper shell when fio exits
@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -38,7 +39,7 @@ from pathlib import Path
 
 from labcontract.errors import FioError
 from labcontract.facts import DeclaredDut, NetPathDecl
-from labcontract.fiojob import render_job
+from labcontract.fiojob import JobSection, check_job, render_job
 from labcontract.protocol import Artifact, StartStep, StepEnded
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,50 @@ def net_spec(msg: StartStep, paths: Sequence[NetPathDecl], *, manage_mtu: bool) 
     return json.dumps({**msg.net.model_dump(mode="json"), "host": msg.host, "manage_mtu": manage_mtu,
                        "workload": msg.workload.model_dump(mode="json"),
                        "paths": [p.model_dump(mode="json") for p in paths]}, indent=1)
+
+
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def boot_id() -> str:
+    """This boot's id: monotonic clock readings are comparable only within one boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class CheckedJob:
+    """A fio job as rendered for a start, parsed back: its sections and the declared DUTs it writes."""
+
+    text: str
+    sections: tuple[JobSection, ...]
+    written: tuple[DeclaredDut, ...]
+
+
+def same_device(a: str, b: str) -> bool:
+    """Whether two paths name one device (symlinks such as /dev/disk/by-id resolved)."""
+    return a == b or os.path.realpath(a) == os.path.realpath(b)
+
+
+def checked_job(msg: StartStep, duts: Sequence[DeclaredDut]) -> CheckedJob:
+    """Render the job of a fio step and check the very text fio will read: only the options render_job
+    emits, and every filename one of ``duts`` (the declared DUTs this step names). FioError otherwise."""
+    if msg.workload is None:
+        raise FioError(f"attempt {msg.attempt_id}: a fio step without a workload")
+    text = render_job(msg.workload, [d.path for d in duts])
+    sections = check_job(text)
+    written: list[DeclaredDut] = []
+    for sec in sections:
+        for name in sec.filenames:
+            dut = next((d for d in duts if same_device(name, d.path)), None)
+            if dut is None:
+                raise FioError(f"job file refused: job {sec.name} opens {name}, not a declared DUT this step names "
+                               f"({', '.join(d.path for d in duts) or 'none'})")
+            if sec.writes and dut not in written:
+                written.append(dut)
+    return CheckedJob(text, sections, tuple(written))
 
 
 def _proc_start_ticks(pid: int) -> int | None:
@@ -130,8 +175,21 @@ class FioRunner:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self.on_exit = on_exit      # called from a waiter thread the moment a child exits
 
-    def get(self, attempt_id: str) -> Attempt | None:
+    def attempt_path(self, attempt_id: str) -> Path:
+        """The attempt's directory, inside the attempts directory (FioError for an id that is not path-safe)."""
+        if not isinstance(attempt_id, str) or not SAFE_ID.match(attempt_id) or ".." in attempt_id:
+            raise FioError(f"attempt id {str(attempt_id)[:80]!r} is not path-safe")
         path = self.root / attempt_id
+        root = self.root.resolve()
+        if path.resolve().parent != root:
+            raise FioError(f"attempt id {attempt_id!r} resolves outside the state directory ({root})")
+        return path
+
+    def get(self, attempt_id: str) -> Attempt | None:
+        try:
+            path = self.attempt_path(attempt_id)
+        except FioError:
+            return None
         return Attempt(attempt_id, path) if (path / "start.json").exists() else None
 
     def pending(self) -> list[Attempt]:
@@ -148,10 +206,11 @@ class FioRunner:
         """Launch the attempt's process (fio, the purge script, or a network step); idempotent.
         ``duts`` are the declared DUTs the message names, already checked by the agent; ``net_paths``
         the declared paths a network step names. Returns (attempt, launched_now)."""
+        path = self.attempt_path(msg.attempt_id)      # before anything is created
         existing = self.get(msg.attempt_id)
         if existing is not None:
             return existing, False
-        path = self.root / msg.attempt_id
+        job_check = checked_job(msg, duts) if msg.action == "fio" else None   # before anything is created
         tmp = self.root / f".{msg.attempt_id}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -164,9 +223,8 @@ class FioRunner:
             (tmp / "net-spec.json").write_text(job)
             argv = [sys.executable, "-m", "agents.netstep", "net-spec.json", "net.json"]
         else:
-            if msg.workload is None:
-                raise FioError(f"attempt {msg.attempt_id}: a fio step without a workload")
-            job = render_job(msg.workload, [d.path for d in duts])   # byte for byte the planned job
+            assert job_check is not None
+            job = job_check.text           # byte for byte the planned job, as checked
             (tmp / "job.fio").write_text(job)
             argv = [self.fio, "--output-format=json+", "--output=fio.json"]
             if msg.status_interval_s:
@@ -186,13 +244,14 @@ class FioRunner:
             (path / "rc").write_text("127\n")
             (path / "fio.stderr").write_text(f"cannot start fio: {e}\n")
             raise FioError(f"cannot start {argv[0]}: {e}") from e
-        launched = time.time()
+        launched, launched_mono = time.time(), time.monotonic()
         self._children[msg.attempt_id] = proc
         if self.on_exit is not None:
             notify = self.on_exit
             threading.Thread(target=lambda: (proc.wait(), notify()), name=f"wait-{proc.pid}", daemon=True).start()
         state = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": _proc_start_ticks(proc.pid),
-                 "launched_at": launched, "deadline": launched + msg.timeout_s,
+                 "launched_at": launched, "launched_mono": launched_mono, "boot_id": boot_id(),
+                 "timeout_s": msg.timeout_s, "deadline": launched + msg.timeout_s,
                  "job_sha256": hashlib.sha256(job.encode()).hexdigest()}
         (path / "state.json").write_text(json.dumps(state))
         return attempt, True
@@ -231,8 +290,29 @@ class FioRunner:
             attempt.file("stopped_at").write_text(f"{time.time()}\n")   # its end, when the wrapper wrote no rc
 
     def overdue(self, attempt: Attempt) -> bool:
-        deadline = attempt.state().get("deadline")
-        return isinstance(deadline, (int, float)) and time.time() > deadline
+        """Whether the attempt ran past its ``timeout_s``, measured on this host's monotonic clock from its
+        launch (never against a time the controller computed: their clocks may differ). After a restart of
+        the agent within the same boot, the recorded monotonic launch still holds; otherwise the elapsed
+        time is taken from this host's own recorded launch wall time."""
+        elapsed = self.elapsed(attempt)
+        timeout = attempt.state().get("timeout_s")
+        if elapsed is None or not isinstance(timeout, (int, float)):
+            deadline, launched = attempt.state().get("deadline"), attempt.state().get("launched_at")
+            if not isinstance(deadline, (int, float)) or not isinstance(launched, (int, float)):
+                return False
+            timeout, elapsed = deadline - launched, time.time() - launched    # a state.json of an older agent
+        return elapsed > timeout
+
+    @staticmethod
+    def elapsed(attempt: Attempt) -> float | None:
+        """Seconds since the attempt's process was launched, on this host's clocks (None: not recorded)."""
+        st = attempt.state()
+        mono, boot, launched = st.get("launched_mono"), st.get("boot_id"), st.get("launched_at")
+        if isinstance(mono, (int, float)) and boot and boot == boot_id():
+            return time.monotonic() - mono
+        if isinstance(launched, (int, float)):
+            return time.time() - launched
+        return None
 
     def collect(self, attempt: Attempt, host: str) -> StepEnded:
         """The end report of an attempt whose fio is no longer running."""

@@ -41,10 +41,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from labcontract.brokerauth import resolve
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.protocol import (
     COMMANDS_STREAM,
-    EVENTS_STREAM,
     TASK_START,
     Artifact,
     Heartbeat,
@@ -54,6 +54,7 @@ from labcontract.protocol import (
     StepStarted,
     Submit,
     agent_queue,
+    events_stream,
 )
 from labcontract.transport import redis_client
 from orchestrator.artifacts import ArtifactStore
@@ -77,7 +78,7 @@ def suite_text(steps: int) -> str:
     if rest:
         profiles.append(f"  - {{name: p{full}, rw: randrw, bs: 4k, rwmixread: 70, "
                         f"sweep: {{iodepth: {list(range(1, rest + 1))}}}, runtime: 1}}")
-    return "suite: scale\ncell_limit: 100000\nprofiles:\n" + "\n".join(profiles) + "\n"
+    return "suite: scale\ncell_limit: 10000\nprofiles:\n" + "\n".join(profiles) + "\n"
 
 
 def real_fio_output(workdir: Path) -> bytes:
@@ -112,7 +113,7 @@ class SimHosts:
         dut = DeclaredDut(name="dut0", path="/sim/dut0", kind="file", size_bytes=1 << 30)
         pipe = self.client.pipeline(transaction=False)
         for h in self.hosts:
-            pipe.xadd(EVENTS_STREAM, {"data": Register(host=h, agent_version="sim", facts=HostFacts(hostname=h),
+            pipe.xadd(events_stream(h), {"data": Register(host=h, agent_version="sim", facts=HostFacts(hostname=h),
                                                         duts=(dut,)).model_dump_json()})
         pipe.execute()
 
@@ -122,7 +123,7 @@ class SimHosts:
         host, att = payload["host"], payload["attempt_id"]
         if host in self._ended_at:
             self.gaps.append(now - self._ended_at.pop(host))
-        pipe.xadd(EVENTS_STREAM, {"data": StepStarted(host=host, attempt_id=att, pid=1, fio_started_at=now,
+        pipe.xadd(events_stream(host), {"data": StepStarted(host=host, attempt_id=att, pid=1, fio_started_at=now,
                                                        job_sha256="").model_dump_json()})
         heapq.heappush(self._ends, (now + self.step_s, host, att))
 
@@ -134,13 +135,13 @@ class SimHosts:
                 t, host, att = heapq.heappop(self._ends)
                 ev = StepEnded(host=host, attempt_id=att, outcome="exited", exit_code=0,
                                fio_started_at=t - self.step_s, fio_ended_at=t, artifacts=self.artifacts)
-                pipe.xadd(EVENTS_STREAM, {"data": ev.model_dump_json()})
+                pipe.xadd(events_stream(host), {"data": ev.model_dump_json()})
                 self._ended_at[host] = now
             pipe.execute()
         if now - self._last_beat >= 3:
             pipe = self.client.pipeline(transaction=False)
             for h in self.hosts:
-                pipe.xadd(EVENTS_STREAM, {"data": Heartbeat(host=h).model_dump_json()})
+                pipe.xadd(events_stream(h), {"data": Heartbeat(host=h).model_dump_json()})
             pipe.execute()
             self._last_beat = now
 
@@ -183,7 +184,7 @@ def kombu_consumer(sim: SimHosts, broker: str, stop: Any) -> None:
             pipe.execute()
         message.ack()
 
-    with Connection(broker) as conn:
+    with Connection(resolve(broker).kombu_url) as conn:
         queues = [Queue(agent_queue(h), routing_key=agent_queue(h)) for h in sim.hosts]
         with Consumer(conn, queues=queues, callbacks=[on_message], accept=["json"], prefetch_count=len(queues)):
             while not stop.is_set():
@@ -294,8 +295,10 @@ def main() -> None:
         pauses = GcPauses()
         gc.callbacks.append(pauses)
         hosts = [host_name(i) for i in range(args.agents)]
-        sims = [ctx.Process(target=simulated_agents, args=(broker, hosts[k::args.agent_procs], args.step_seconds,
-                                                           fio_json, args.consumer, out, stop))
+        # 200 simulated hosts in two processes: they take the lab's admin user (a real agent has its own)
+        assert lab.admin_url is not None
+        sims = [ctx.Process(target=simulated_agents, args=(lab.admin_url, hosts[k::args.agent_procs],
+                                                           args.step_seconds, fio_json, args.consumer, out, stop))
                 for k in range(args.agent_procs)]
         for p in sims:
             p.start()

@@ -320,6 +320,13 @@ def lab_overview() -> JSON:
     b.add(timeseries("fio processes per host",
                      [Q(f"max by (host) ({T.AGENT_FIO_RUNNING.sample_name}{{{HOST}}})", "{{host}}")],
                      stepped=True, description="Processes (fio or purge) each agent runs."), 24, 6)
+    b.add(timeseries("Controller waiting out transient faults",
+                     [Q(f"max by (kind) ({T.CTRL_DEGRADED.sample_name})", "{{kind}} degraded"),
+                      Q(f"sum by (kind) (increase({T.CTRL_TRANSIENT_FAULTS.sample_name}[{CONTROLLER_WINDOW}]))",
+                        "{{kind}} failed passes / min")],
+                     stepped=True, description="1 while the controller waits for its store or Redis (full disk, "
+                                               "lock, restart; alert LabControllerDegraded after 1 min), and "
+                                               "its loop passes that failed on such a fault."), 24, 6)
     return b.json()
 
 

@@ -44,6 +44,7 @@ SWAP = "swap"
 HELD = "held"
 BACKS_ROOT = "backs_root"
 SIGNATURE = "signature"
+PROBE_FAILED = "probe_failed"          # the signature probe (wipefs / blkid) failed or could not run
 OVERRIDABLE = frozenset({SIGNATURE})
 
 DESTRUCTIVE_OPERATIONS = ("purge", "op_mode", "write")
@@ -72,7 +73,7 @@ class DeclaredDut:
         allow = data.get("allow")
         return cls(name=str(data.get("name") or data.get("path")), path=str(data["path"]),
                    wipe_ok=data.get("wipe_ok") is True,
-                   allow=DESTRUCTIVE_OPERATIONS if allow is None else tuple(str(a) for a in allow))
+                   allow=tuple(str(a) for a in allow or ()))   # an inventory DUT without allow: nothing
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class ObservedState:
     signatures: tuple[Signature, ...] = ()
     holders: tuple[str, ...] = ()
     backs_root: bool = False
+    probe_error: str = ""                  # why the signature probe failed ("": it ran)
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,8 @@ def _state_reasons(obs: ObservedState) -> list[Reason]:
         reasons.append(Reason(HELD, f"held by {', '.join(obs.holders)} (device-mapper, MD or loop on top)"))
     if obs.backs_root:
         reasons.append(Reason(BACKS_ROOT, "backs the root filesystem"))
+    if obs.probe_error:
+        reasons.append(Reason(PROBE_FAILED, f"signature probe failed: {obs.probe_error}"))
     for sig in obs.signatures:
         where = f" at offset {sig.offset}" if sig.offset else ""
         reasons.append(Reason(SIGNATURE, f"carries a {sig.kind.replace('_', ' ')} signature ({sig.type}{where})"))
@@ -332,10 +336,34 @@ def _loops_backed_by(real_path: str) -> list[str]:
     return out
 
 
-def _signatures(real_path: str) -> list[Signature]:
+def _probe(argv: list[str], ok: tuple[int, ...] = (0,)) -> tuple[str, str]:
+    """(stdout, "") of ``argv``, or ("", why it failed): a probe that cannot run or fails is never "empty"."""
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return "", f"{argv[0]} could not run: {e}"
+    if res.returncode not in ok:
+        detail = (res.stderr.strip() or res.stdout.strip())[-300:]
+        return "", f"{argv[0]} exited {res.returncode}" + (f": {detail}" if detail else "")
+    return res.stdout, ""
+
+
+def _signatures(real_path: str) -> tuple[list[Signature], str]:
+    """The on-disk signatures and, when the probe failed, why (the caller refuses: not "no signature")."""
     if shutil.which("wipefs"):
-        return parse_wipefs_json(_run(["wipefs", "--no-act", "--json", "-O", "DEVICE,OFFSET,TYPE,USAGE", real_path]))
-    return parse_blkid_export(_run(["blkid", "-p", "-o", "export", real_path]))
+        out, err = _probe(["wipefs", "--no-act", "--json", "-O", "DEVICE,OFFSET,TYPE,USAGE", real_path])
+        parse = parse_wipefs_json
+    elif shutil.which("blkid"):
+        out, err = _probe(["blkid", "-p", "-o", "export", real_path], ok=(0, 2))   # 2: nothing found
+        parse = parse_blkid_export
+    else:
+        return [], "neither wipefs nor blkid is installed"
+    if err:
+        return [], err
+    try:
+        return parse(out), ""
+    except (ValueError, AttributeError, TypeError) as e:
+        return [], f"{'wipefs' if parse is parse_wipefs_json else 'blkid'} output unreadable: {e}"
 
 
 def _root_devnum(mounts: list[tuple[str, str, str]]) -> tuple[str, str]:
@@ -370,9 +398,10 @@ def _observed(device: str, real: str, stack: list[str], mounts: list[tuple[str, 
     points = tuple(point for num, point, src in mounts if num in numbers or os.path.realpath(src) in paths)
     root_num, root_src = _root_devnum(mounts)
     backs_root = root_num in numbers or (root_src.startswith("/") and os.path.realpath(root_src) in paths)
+    signatures, probe_error = _signatures(real)
     return ObservedState(path=device, real_path=real, mountpoints=points, swap=bool(swaps & paths),
-                         signatures=tuple(_signatures(real)), holders=tuple(dict.fromkeys(holders)),
-                         backs_root=backs_root)
+                         signatures=tuple(signatures), holders=tuple(dict.fromkeys(holders)),
+                         backs_root=backs_root, probe_error=probe_error)
 
 
 def observed_to_dict(obs: ObservedState) -> dict[str, Any]:

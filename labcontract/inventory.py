@@ -37,6 +37,15 @@ from pydantic import (
 
 from labcontract import interlock
 from labcontract.errors import InventoryError, Problem
+from labcontract.inventory_values import (
+    BY_ID_PATH,
+    DEV_PATH,
+    HOST_NAME,
+    Serial,
+    UserName,
+    host_address,
+    safe_path,
+)
 from labcontract.suite import problems_from
 
 KNOWN_GROUPS = ("controller", "agents", "targets", "initiators")
@@ -58,16 +67,17 @@ class Dut(BaseModel):
     name: Name
     kind: Literal["block", "loop", "file"] = "block"
     path: str                                   # /dev/disk/by-id/... (block), /dev/loopN (loop), file path
-    serial: str | None = None
+    serial: Serial | None = None
     wwn: str | None = None
-    model: str | None = None
+    model: Annotated[str, Field(pattern=r"^[A-Za-z0-9 ._:+(),/-]{1,128}$")] | None = None
     interface: Literal["nvme", "ata", "scsi", "virtual"] | None = None
     capacity_bytes: int | None = Field(default=None, gt=0)
     allow: tuple[Literal["purge", "op_mode"], ...] = ()
     purge_methods: tuple[PurgeMethod, ...] = ("auto",)
     op_methods: tuple[OpMethod, ...] = ("auto",)
     wipe_ok: StrictBool = False
-    nvme_controller: str | None = None          # /dev/nvme0 when it cannot be derived from the path
+    nvme_controller: Annotated[str, Field(pattern=r"^/dev/nvme[0-9]{1,4}$")] | None = None
+                                                # /dev/nvme0 when it cannot be derived from the path
     nsid: int | None = Field(default=None, ge=1)
     scheduler: Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")] | None = None   # its I/O scheduler
                                                 # (playbooks/roles/io_tuning; default io_tuning_scheduler)
@@ -85,10 +95,15 @@ class Dut(BaseModel):
         kind = info.data.get("kind", "block")
         if kind == "block" and not v.startswith("/dev/disk/by-id/"):
             raise ValueError(f"{v!r}: a block DUT is declared by its /dev/disk/by-id/ path")
-        if kind == "loop" and not re.match(r"^/dev/loop\d+$", v):
+        if kind == "block" and (not BY_ID_PATH.match(v) or not DEV_PATH.match(v) or ".." in v):
+            raise ValueError(f"{v!r}: not a safe device path (/dev/disk/by-id/NAME, NAME of letters, digits "
+                             "and . _ : + -; no '..')")
+        if kind == "loop" and not re.match(r"^/dev/loop\d{1,6}$", v):
             raise ValueError(f"{v!r}: a loop DUT is /dev/loopN")
         if kind == "file" and not v.startswith("/"):
             raise ValueError(f"{v!r}: a file DUT needs an absolute path")
+        if kind == "file":
+            safe_path(v, "a file DUT")
         return v
 
     @model_validator(mode="after")
@@ -149,10 +164,30 @@ class HostVars(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow")
 
     ansible_host: str | None = None
-    ansible_connection: str | None = None
+    ansible_connection: Annotated[str, Field(pattern=r"^[a-z0-9_.]{1,64}$")] | None = None
+    ansible_user: UserName | None = None
+    ansible_port: int | None = Field(default=None, ge=1, le=65535)
+    lab_agent_user: UserName | None = None      # the agent's unprivileged user (playbooks/roles/lab_agent)
+    lab_state_dir: str | None = None
+    lab_agent_venv: str | None = None
+    lab_agent_state_dir: str | None = None
+    lab_agent_log_dir: str | None = None
+    lab_agent_run_dir: str | None = None
+    lab_agent_script: str | None = None
     duts: tuple[Dut, ...] = ()
     nics: tuple[Nic, ...] = ()
     metrics_address: str | None = None
+
+    @field_validator("ansible_host")
+    @classmethod
+    def _host(cls, v: str | None) -> str | None:
+        return v if v is None else host_address(v)
+
+    @field_validator("lab_state_dir", "lab_agent_venv", "lab_agent_state_dir", "lab_agent_log_dir",
+                     "lab_agent_run_dir", "lab_agent_script")
+    @classmethod
+    def _paths(cls, v: str | None) -> str | None:
+        return v if v is None else safe_path(v)
 
     @field_validator("metrics_address")
     @classmethod
@@ -282,6 +317,10 @@ class _Reader:
             self.problem(path, f"{key}.{extra}", "unknown key (a group has hosts, vars and children)")
         group.vars.update(self.mapping(path, f"{key}.vars", node.get("vars")))
         for host, hvars in self.mapping(path, f"{key}.hosts", node.get("hosts")).items():
+            if not HOST_NAME.match(str(host)):
+                self.problem(path, f"{key}.hosts.{host}", "not a valid host name (letters, digits and . _ -, "
+                                                          "at most 63, starting with a letter or digit)")
+                continue
             group.hosts[str(host)] = self.mapping(path, f"{key}.hosts.{host}", hvars)
         for child, cnode in self.mapping(path, f"{key}.children", node.get("children")).items():
             group.children.append(str(child))

@@ -80,7 +80,7 @@ class MetricsServer:
     The socket is bound when the object is made, so the port is known before :meth:`start`.
     """
 
-    def __init__(self, registry: CollectorRegistry, health: HealthCheck, *, bind: str = "0.0.0.0",
+    def __init__(self, registry: CollectorRegistry, health: HealthCheck, *, bind: str = "127.0.0.1",
                  port: int = 0, name: str = "metrics") -> None:
         self.registry, self.health, self.bind, self.name = registry, health, bind, name
         handler = _handler(self)

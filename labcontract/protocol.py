@@ -4,9 +4,11 @@ Controller -> agent: Celery tasks on the host's queue ``agent.<host>``. They onl
 *cancel* or ask for a *report* of a step attempt; each returns within milliseconds, so no
 broker message is held for the length of a fio run.
 
-Agent -> controller: events appended to the Redis stream :data:`EVENTS_STREAM`, read by the
-controller through a consumer group and acknowledged only after the store has committed
-them. Every event is idempotent on the controller side (keyed by attempt id and state).
+Agent -> controller: events appended to the host's own Redis stream (:func:`events_stream`:
+``lab:events:<host>``, the only one its ACL user may write), read by the controller through a
+consumer group and acknowledged (and deleted) only after the store has committed them. The
+controller applies an event only for the host of its stream and the attempt current there;
+every event is idempotent on the controller side (keyed by attempt id and state).
 
 CLI -> controller: commands on :data:`COMMANDS_STREAM`, answered on a reply list.
 
@@ -16,33 +18,45 @@ Every message carries ``v``; a receiver rejects a major version it does not spea
 from __future__ import annotations
 
 import base64
+import binascii
 import gzip
 import hashlib
+import re
 import time
+import zlib
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from labcontract.errors import ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
-from labcontract.suite import Workload
+from labcontract.suite import MAX_RUNTIME_S, MAX_SUITE_BYTES, Workload
 
-PROTOCOL_VERSION = 4   # 2: StartStep carries an action and a device list (device groups, purge)
+PROTOCOL_VERSION = 5   # 2: StartStep carries an action and a device list (device groups, purge)
                        # 3: heartbeats carry health checks; an attempt can end in "timeout"; Release
                        # 4: action "net" (network steps started together on several hosts); Submit initiators
+                       # 5: each agent appends to its own events stream (identity enforced by Redis ACLs),
+                       #    dead-letter stream, strict start messages, error replies to wrong-version commands
 
 TASK_START = "lab.agent.start_step"
 TASK_CANCEL = "lab.agent.cancel_step"
 TASK_REPORT = "lab.agent.report_step"
 
-EVENTS_STREAM = "lab:events"
+EVENTS_STREAM = "lab:events"          # legacy single stream (protocol <= 4); per host since 5: events_stream()
+EVENTS_STREAM_PREFIX = "lab:events:"
 EVENTS_GROUP = "controller"
 COMMANDS_STREAM = "lab:commands"
+DEADLETTER_STREAM = "lab:deadletter"  # entries refused by the controller, with the reason (never applied)
 REPLY_PREFIX = "lab:reply:"
 
 
 def agent_queue(host: str) -> str:
     return f"agent.{host}"
+
+
+def events_stream(host: str) -> str:
+    """The stream only ``host``'s agent may append to (its Redis ACL user allows no other)."""
+    return f"{EVENTS_STREAM_PREFIX}{host}"
 
 
 def now() -> float:
@@ -57,6 +71,22 @@ class Message(BaseModel):
 
 # --- controller -> agent ----------------------------------------------------------------
 
+def _safe_id(v: str) -> str:
+    """An id that becomes a path component on an agent (its attempt directory): no '/', no '..'."""
+    if ".." in v:
+        raise ValueError(f"{v[:40]!r} is not a safe id (contains '..')")
+    return v
+
+
+# ids the agent turns into file names: letters, digits, '.', '_', '-'; first a letter or digit; no '..'
+SafeId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), AfterValidator(_safe_id)]
+StartHost = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+DeviceRef = Annotated[str, Field(pattern=r"^[A-Za-z0-9/_.:+@,=-]{1,512}$")]   # a DUT's name, path or by-id
+NetPathName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+StartFloat = Annotated[float, Field(allow_inf_nan=False, ge=0)]
+MAX_STEP_TIMEOUT_S = 30 * 86400   # a step's hard stop: runtime + ramp (at most 8 days) + the controller's margins
+
+
 class NetStart(BaseModel):
     """What a network step measures on one host. ``paths`` are names the host declares (agent
     ``--net-path``); the agent resolves them to its interfaces and peer addresses."""
@@ -64,55 +94,67 @@ class NetStart(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     role: Literal["target", "initiator"]
-    paths: tuple[str, ...]
-    mtu: int
+    paths: Annotated[tuple[NetPathName, ...], Field(max_length=8)]
+    mtu: Annotated[int, Field(ge=68, le=65535)]
     tool: Literal["fio", "iscsi"] = "fio"
-    start_at: float              # epoch seconds: every host of the step starts its tools then
-    seconds: int                 # the target's counting window (the initiators': their workload's)
-    iqn: str | None = None
-    lun: int = 1
-    iscsi_port: int = 3260
-    nbd_port: int = 10809
+    start_at: StartFloat         # epoch seconds: every host of the step starts its tools then
+    seconds: Annotated[int, Field(ge=0, le=MAX_STEP_TIMEOUT_S)]   # the target's window (initiators: workload's)
+    iqn: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,222}$")] | None = None
+    lun: Annotated[int, Field(ge=0, le=16383)] = 1
+    iscsi_port: Annotated[int, Field(ge=1, le=65535)] = 3260
+    nbd_port: Annotated[int, Field(ge=1, le=65535)] = 10809
 
 
 class StartStep(Message):
-    run_id: str
-    step_id: str
-    attempt_id: str
-    host: str
+    run_id: SafeId
+    step_id: SafeId
+    attempt_id: SafeId
+    host: StartHost
     action: Literal["fio", "purge", "net"] = "fio"
-    devices: tuple[str, ...]     # declared DUT paths on the host (several: a device group); none for "net"
-    job_name: str
+    devices: Annotated[tuple[DeviceRef, ...], Field(max_length=256)]   # declared DUTs (several: a group); none: net
+    job_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.%@-]{0,255}$")]   # the step's name
     # the step's phase (telemetry); provision / dut_state / facts steps run on the controller, never here
     kind: Literal["purge", "precondition", "measure", "provision", "dut_state", "facts", "net"] = "measure"
-    round: int = 0                                                   # precondition round
-    suite: str = ""
-    workload: Workload | None = None      # required for actions "fio" and "net"
+    round: Annotated[int, Field(ge=-100_000, le=100_000)] = 0   # precondition round (< 0: a re-purge slot)
+    suite: Annotated[str, Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$")] = ""
+    workload: Workload | None = None      # required for actions "fio" and "net"; as strict as a suite
     net: NetStart | None = None           # required for action "net"
-    status_interval_s: int | None = None  # fio --status-interval: per-second series and live telemetry
-    timeout_s: int               # the agent stops the process past this
-    dispatched_at: float
+    status_interval_s: Annotated[int, Field(ge=1, le=3600)] | None = None   # fio --status-interval
+    timeout_s: Annotated[int, Field(ge=1, le=MAX_STEP_TIMEOUT_S)]   # the agent stops the process past this
+    dispatched_at: StartFloat
 
 
 class CancelStep(Message):
-    attempt_id: str
-    reason: str
+    attempt_id: SafeId
+    reason: Annotated[str, Field(max_length=4096)]
 
 
 class ReportStep(Message):
-    attempt_id: str
+    attempt_id: SafeId
 
 
 # --- agent -> controller ----------------------------------------------------------------
 
+ARTIFACT_MAX_BYTES = 128 << 20     # one artifact, decompressed (a long precondition round's fio.json stream)
+_CHUNK = 1 << 20
+HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")     # a host name as events and streams carry it
+HostName = Annotated[str, Field(pattern=HOST_RE.pattern)]
+EventId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]   # attempt ids in events
+Text4k = Annotated[str, Field(max_length=4096)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+REPLY_TO_RE = re.compile(r"^lab:reply:[A-Za-z0-9._-]{1,64}$")
+# where a command's answer goes: a reply list (lab:reply:<id>), or "" / "-" for none (schedule templates)
+ReplyTo = Annotated[str, Field(pattern=r"^(lab:reply:[A-Za-z0-9._-]{1,64}|-?)$")]
+
+
 class Artifact(BaseModel):
-    """A file carried inside an event, gzip+base64, with the sha256 of its plain content."""
+    """A file carried inside an event, gzip+base64, with the sha256 and size of its plain content."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str                    # "fio.json", "job.fio", "fio.stderr"
-    sha256: str
-    size: int
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]   # "fio.json", "job.fio", ...
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    size: Annotated[int, Field(ge=0, le=ARTIFACT_MAX_BYTES)]
     content_gz_b64: str
 
     @classmethod
@@ -120,16 +162,45 @@ class Artifact(BaseModel):
         return cls(name=name, sha256=hashlib.sha256(data).hexdigest(), size=len(data),
                    content_gz_b64=base64.b64encode(gzip.compress(data, 6)).decode())
 
-    def content(self) -> bytes:
-        data = gzip.decompress(base64.b64decode(self.content_gz_b64))
+    def content(self, limit: int = ARTIFACT_MAX_BYTES) -> bytes:
+        """The plain content, inflated in chunks: refused (ProtocolError) as soon as it would pass its declared
+        size or ``limit`` (a gzip bomb never inflates), or when it is not gzip, is truncated or mismatches."""
+        try:
+            packed = base64.b64decode(self.content_gz_b64, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise ProtocolError(f"artifact {self.name}: not base64 ({e})") from e
+        cap = min(self.size, limit)
+        out = bytearray()
+        z = zlib.decompressobj(wbits=31)              # gzip framing only
+        pending = packed
+        try:
+            while True:
+                chunk = z.decompress(pending, min(_CHUNK, cap + 1 - len(out)))
+                out += chunk
+                if len(out) > cap:
+                    what = "its declared size" if cap == self.size else "the limit"
+                    raise ProtocolError(f"artifact {self.name}: inflates past {what} of {cap} bytes "
+                                        "(refused before inflating further)")
+                pending = z.unconsumed_tail
+                if z.eof or (not pending and not chunk):
+                    break
+        except zlib.error as e:
+            raise ProtocolError(f"artifact {self.name}: corrupt gzip ({e})") from e
+        if not z.eof:
+            raise ProtocolError(f"artifact {self.name}: truncated gzip stream")
+        if z.unused_data:
+            raise ProtocolError(f"artifact {self.name}: data after the end of its gzip stream")
+        if len(out) != self.size:
+            raise ProtocolError(f"artifact {self.name}: {len(out)} bytes, declared {self.size}")
+        data = bytes(out)
         if hashlib.sha256(data).hexdigest() != self.sha256:
             raise ProtocolError(f"artifact {self.name}: sha256 does not match its content")
         return data
 
 
 class Event(Message):
-    host: str
-    sent_at: float = Field(default_factory=now)
+    host: HostName                         # must name the stream it arrives on (events_stream(host))
+    sent_at: Finite = Field(default_factory=now)
 
 
 class HealthCheck(BaseModel):
@@ -138,33 +209,33 @@ class HealthCheck(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     check: Literal["agent", "present", "serial", "smart"]
-    target: str
+    target: Annotated[str, Field(max_length=1024)]
     ok: bool
-    detail: str = ""
-    observed: str | None = None            # e.g. the serial read back (the controller compares it)
+    detail: Text4k = ""
+    observed: Annotated[str, Field(max_length=1024)] | None = None   # e.g. the serial read back (compared)
 
 
 class Register(Event):
     type: Literal["register"] = "register"
-    agent_version: str
+    agent_version: Annotated[str, Field(max_length=32)]
     facts: HostFacts
-    duts: tuple[DeclaredDut, ...]
-    running: tuple[str, ...] = ()          # attempt ids it holds (running or unreported)
-    health: tuple[HealthCheck, ...] = ()
+    duts: Annotated[tuple[DeclaredDut, ...], Field(max_length=256)]
+    running: Annotated[tuple[EventId, ...], Field(max_length=1024)] = ()   # attempt ids it holds
+    health: Annotated[tuple[HealthCheck, ...], Field(max_length=1024)] = ()
 
 
 class Heartbeat(Event):
     type: Literal["heartbeat"] = "heartbeat"
-    running: tuple[str, ...] = ()
-    health: tuple[HealthCheck, ...] = ()   # empty: no checks ran with this beat
+    running: Annotated[tuple[EventId, ...], Field(max_length=1024)] = ()
+    health: Annotated[tuple[HealthCheck, ...], Field(max_length=1024)] = ()   # empty: no checks this beat
 
 
 class StepStarted(Event):
     type: Literal["step_started"] = "step_started"
-    attempt_id: str
-    pid: int
-    fio_started_at: float
-    job_sha256: str
+    attempt_id: EventId
+    pid: Annotated[int, Field(ge=0, le=2**31)]
+    fio_started_at: Finite
+    job_sha256: Annotated[str, Field(max_length=128)]
     adopted: bool = False                  # re-adopted after an agent restart
 
 
@@ -173,20 +244,20 @@ class StepEnded(Event):
     decides the step's final state after parsing the output."""
 
     type: Literal["step_ended"] = "step_ended"
-    attempt_id: str
+    attempt_id: EventId
     outcome: Literal["exited", "refused", "cancelled", "timeout", "error"]
-    reason: str = ""
-    exit_code: int | None = None
-    fio_started_at: float | None = None
-    fio_ended_at: float | None = None
-    artifacts: tuple[Artifact, ...] = ()
+    reason: Text4k = ""
+    exit_code: Annotated[int, Field(ge=-(2**31), le=2**31)] | None = None
+    fio_started_at: Finite | None = None
+    fio_ended_at: Finite | None = None
+    artifacts: Annotated[tuple[Artifact, ...], Field(max_length=32)] = ()
 
 
 class StepUnknown(Event):
     """Answer to a report request for an attempt the agent has no record of."""
 
     type: Literal["step_unknown"] = "step_unknown"
-    attempt_id: str
+    attempt_id: EventId
 
 
 AnyEvent = Annotated[
@@ -195,20 +266,62 @@ AnyEvent = Annotated[
 _EVENT = TypeAdapter(AnyEvent)
 
 
-def check_version(data: dict[str, Any]) -> None:
+ENTRY_MAX_BYTES = 32 << 20     # one stream entry (event or command), checked before JSON is parsed
+
+
+class OtherVersion(BaseModel):
+    """What is read of a Register in another protocol version: who it is and what it speaks, nothing more."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: Literal["register"]
+    v: int
+    host: HostName
+    agent_version: Annotated[str, Field(max_length=32)] = "?"
+
+
+def check_version(data: Any) -> None:
+    """A message is a JSON object carrying ``v`` == :data:`PROTOCOL_VERSION` (ProtocolError otherwise)."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"not a message: a JSON {type(data).__name__}, not an object")
     v = data.get("v")
     if v != PROTOCOL_VERSION:
-        raise ProtocolError(f"protocol version {v!r} is not spoken here (this side speaks "
-                            f"{PROTOCOL_VERSION})", got_version=v)
+        raise ProtocolError(f"protocol version {repr(v)[:20]} is not spoken here (this side speaks "
+                            f"{PROTOCOL_VERSION})", got_version=v if isinstance(v, int) else None)
+
+
+def parse_json(raw: str | bytes, what: str) -> Any:
+    """The JSON of a stream entry, its size checked first; every failure is a ProtocolError."""
+    if len(raw) > ENTRY_MAX_BYTES:
+        raise ProtocolError(f"{what} of {len(raw)} bytes is larger than {ENTRY_MAX_BYTES}")
+    try:
+        return TypeAdapter(Any).validate_json(raw)
+    except ValidationError as e:
+        raise ProtocolError(f"{what} is not JSON: {e.errors()[0]['msg']}") from e
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    return f"{err['msg']} at {'.'.join(str(x) for x in err['loc'])}"[:400]
 
 
 def decode_event(raw: str | bytes) -> Register | Heartbeat | StepStarted | StepEnded | StepUnknown:
+    data = parse_json(raw, "event")
+    check_version(data)
     try:
-        data = TypeAdapter(dict[str, Any]).validate_json(raw)
-        check_version(data)
         return _EVENT.validate_python(data)
     except ValidationError as e:
-        raise ProtocolError(f"malformed event: {e.errors()[0]['msg']} at {e.errors()[0]['loc']}") from e
+        raise ProtocolError(f"malformed event: {_first_error(e)}") from e
+
+
+def other_version_register(raw: str | bytes) -> OtherVersion | None:
+    """A Register of another protocol version, read leniently (host, v, agent version); None if it is not one."""
+    try:
+        data = parse_json(raw, "event")
+        reg = OtherVersion.model_validate(data) if isinstance(data, dict) else None
+    except (ProtocolError, ValidationError):
+        return None
+    return reg if reg is not None and reg.v != PROTOCOL_VERSION else None
 
 
 def decode(model: type[Message], data: dict[str, Any]) -> Any:
@@ -217,46 +330,46 @@ def decode(model: type[Message], data: dict[str, Any]) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise ProtocolError(f"malformed {model.__name__}: {e.errors()[0]['msg']} "
-                            f"at {e.errors()[0]['loc']}") from e
+        raise ProtocolError(f"malformed {model.__name__}: {_first_error(e)}") from e
 
 
 # --- CLI -> controller --------------------------------------------------------------------
 
 class Submit(Message):
     type: Literal["submit"] = "submit"
-    run_id: str
-    suite_source: str              # file name, for error messages
-    suite_text: str
-    host: str                      # a network suite: the target
-    devices: tuple[str, ...]       # one, or the members of a device group; none for a network suite
-    initiators: tuple[str, ...] = ()   # a network suite: its initiator hosts (else the suite's own)
-    runtime_override: int | None = None
-    scale: float | None = None
+    run_id: Annotated[str, Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]{0,31}|-)$"),
+                      AfterValidator(_safe_id)]   # "-": a schedule's template (each firing gets its own)
+    suite_source: Annotated[str, Field(max_length=512)]   # file name, for error messages
+    suite_text: Annotated[str, Field(max_length=MAX_SUITE_BYTES)]   # bytes checked again by the suite loader
+    host: Annotated[str, Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$")]   # a network suite: the target
+    devices: Annotated[tuple[DeviceRef, ...], Field(max_length=256)]   # one, or a device group; none: network
+    initiators: Annotated[tuple[StartHost, ...], Field(max_length=256)] = ()   # a network suite's initiators
+    runtime_override: Annotated[int, Field(ge=1, le=MAX_RUNTIME_S)] | None = None
+    scale: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)] | None = None
     live: bool = True              # per-second snapshots (live telemetry, series) for every fio step
-    priority: int = 0              # higher first
-    not_before: float | None = None   # epoch seconds
-    expires_at: float | None = None   # epoch seconds: expire if not started by then
-    reply_to: str
+    priority: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] = 0   # higher first
+    not_before: StartFloat | None = None   # epoch seconds
+    expires_at: StartFloat | None = None   # epoch seconds: expire if not started by then
+    reply_to: ReplyTo
 
 
 class Cancel(Message):
     type: Literal["cancel"] = "cancel"
     run_id: str
     reason: str = "cancelled by user"
-    reply_to: str
+    reply_to: ReplyTo
 
 
 class Pause(Message):
     type: Literal["pause"] = "pause"
     run_id: str
-    reply_to: str
+    reply_to: ReplyTo
 
 
 class Resume(Message):
     type: Literal["resume"] = "resume"
     run_id: str
-    reply_to: str
+    reply_to: ReplyTo
 
 
 class ScheduleAdd(Message):
@@ -267,13 +380,13 @@ class ScheduleAdd(Message):
     cron: str
     submit: Submit
     expires_after_s: int | None = None
-    reply_to: str
+    reply_to: ReplyTo
 
 
 class ScheduleRemove(Message):
     type: Literal["schedule_rm"] = "schedule_rm"
     name: str
-    reply_to: str
+    reply_to: ReplyTo
 
 
 class Release(Message):
@@ -282,12 +395,22 @@ class Release(Message):
     type: Literal["release"] = "release"
     host: str
     device: str | None = None
-    reply_to: str
+    reply_to: ReplyTo
 
 
 AnyCommand = Annotated[Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release,
                        Field(discriminator="type")]
 COMMAND = TypeAdapter(AnyCommand)
+
+
+def decode_command(raw: str | bytes) -> Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release:
+    """A command from its stream entry (size first, then JSON, version, fields); every failure is a ProtocolError."""
+    data = parse_json(raw, "command")
+    check_version(data)
+    try:
+        return COMMAND.validate_python(data)
+    except ValidationError as e:
+        raise ProtocolError(f"malformed command: {_first_error(e)}") from e
 
 
 class Reply(Message):

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from labcontract.errors import Problem, SuiteError
+from labcontract.suitebounds import load_yaml, raw_cell_count
 from labcontract.units import format_size, parse_duration, parse_size
 
 RwMode = Literal["read", "write", "randread", "randwrite", "rw", "readwrite", "randrw"]
@@ -47,15 +48,34 @@ PURE = ("read", "write", "randread", "randwrite")
 DEFAULT_CELL_LIMIT = 1000
 BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
 
+# Bounds on everything a suite (and so a start message) may carry: checked before any work is done.
+MAX_SUITE_BYTES = 256 * 1024          # suite text, checked before YAML parsing
+MAX_YAML_DEPTH = 16                   # nesting of mappings / sequences in a suite
+MAX_CELLS = 10_000                    # hard ceiling of measured cells (and of cell_limit itself)
+MIN_BS, MAX_BS = 512, 64 << 20        # block size: 512 B .. 64 MiB, a multiple of 512
+MAX_RUNTIME_S = 7 * 86400             # a runtime (or precondition round) of at most 7 days
+MAX_RAMP_S = 86400                    # a ramp time of at most 1 day
+MAX_FOOTPRINT_BYTES = 1 << 50         # an absolute footprint of at most 1 PiB (and the DUT's size, at submit)
+MAX_IODEPTH, MAX_NUMJOBS = 65536, 4096
+MIN_FOOTPRINT_PCT = 0.01
+
 _FOOTPRINT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# a resolved workload's name (a cell name: profile, dims and OP mode joined by '.'; '%' from a footprint sweep)
+WORKLOAD_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.%-]{0,199}$"
+# a resolved footprint: a percentage (at most 9 decimals) or a whole number of bytes, nothing else
+_WORKLOAD_FOOTPRINT = re.compile(r"^(?:(\d{1,3}(?:\.\d{1,9})?)%|(\d{1,16}))$")
 _OP_MODE = re.compile(r"^(stock|hp:(\d{1,2}))$")
 
 
 def _size(v: object) -> int:
     n = parse_size(v)
-    if n < 512:
-        raise ValueError(f"block size {v!r} is below 512 bytes")
+    if n < MIN_BS:
+        raise ValueError(f"block size {v!r} is below {MIN_BS} bytes")
+    if n > MAX_BS:
+        raise ValueError(f"block size {v!r} is over the ceiling of {format_size(MAX_BS)}")
+    if n % 512:
+        raise ValueError(f"block size {v!r} is not a multiple of 512 bytes")
     return n
 
 
@@ -65,17 +85,38 @@ def _footprint(v: object) -> str:
         pct = float(m.group(1))
         if not 0 < pct <= 100:
             raise ValueError(f"footprint {v!r} must be above 0% and at most 100%")
-        return f"{pct:g}%"
+        if pct < MIN_FOOTPRINT_PCT:
+            raise ValueError(f"footprint {v!r} is below {MIN_FOOTPRINT_PCT:g}%")
+        return f"{round(pct, 4):g}%"
     n = parse_size(v)
     if n <= 0:
         raise ValueError("footprint must be above zero")
+    if n > MAX_FOOTPRINT_BYTES:
+        raise ValueError(f"footprint {v!r} is over the ceiling of {format_size(MAX_FOOTPRINT_BYTES)}")
     return str(n)
+
+
+def check_footprint(v: str) -> str:
+    """A resolved footprint as a start message carries it: ``N%`` (0 < N <= 100) or a byte count."""
+    m = _WORKLOAD_FOOTPRINT.match(v) if isinstance(v, str) else None
+    if m is None:
+        raise ValueError(f"footprint {v!r} is neither a percentage (N%) nor a whole number of bytes")
+    if m.group(1) is not None:
+        if not 0 < float(m.group(1)) <= 100:
+            raise ValueError(f"footprint {v!r} must be above 0% and at most 100%")
+    elif not 0 < int(m.group(2)) <= MAX_FOOTPRINT_BYTES:
+        raise ValueError(f"footprint {v!r} must be above zero and at most {format_size(MAX_FOOTPRINT_BYTES)}")
+    return v
 
 
 BlockSize = Annotated[int, BeforeValidator(_size)]
 Seconds = Annotated[int, BeforeValidator(parse_duration)]
 Footprint = Annotated[str, BeforeValidator(_footprint)]
 Percent = Annotated[int, Field(ge=0, le=100)]
+Runtime = Annotated[Seconds, Field(ge=1, le=MAX_RUNTIME_S)]
+RampTime = Annotated[Seconds, Field(ge=0, le=MAX_RAMP_S)]
+IoDepth = Annotated[int, Field(ge=1, le=MAX_IODEPTH)]
+NumJobs = Annotated[int, Field(ge=1, le=MAX_NUMJOBS)]
 
 
 class WorkloadOptions(BaseModel):
@@ -87,10 +128,10 @@ class WorkloadOptions(BaseModel):
     bs: BlockSize | None = None
     rwmixread: Percent | None = None
     percentage_random: Percent | None = None
-    iodepth: Annotated[int, Field(ge=1, le=65536)] | None = None
-    numjobs: Annotated[int, Field(ge=1, le=4096)] | None = None
-    runtime: Annotated[Seconds, Field(ge=1)] | None = None
-    ramp_time: Seconds | None = None
+    iodepth: IoDepth | None = None
+    numjobs: NumJobs | None = None
+    runtime: Runtime | None = None
+    ramp_time: RampTime | None = None
     ioengine: IoEngine | None = None
     direct: bool | None = None
     footprint: Footprint | None = None
@@ -111,22 +152,25 @@ class ProfileEntry(WorkloadOptions):
 
 
 class Workload(BaseModel):
-    """A fully resolved workload: defaults applied, every option set."""
+    """A fully resolved workload: defaults applied, every option set.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    This is what travels in a start message and reaches a job file, so it is as strict as the suite
+    schema: typed values (strict: no coercion from strings), each within the suite's bounds."""
 
-    name: str
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: Annotated[str, Field(pattern=WORKLOAD_NAME)]
     rw: RwMode
-    bs: int
-    rwmixread: int | None = None
-    percentage_random: int | None = None
-    iodepth: int = 1
-    numjobs: int = 1
-    runtime: int = 60
-    ramp_time: int = 0
+    bs: Annotated[int, Field(ge=MIN_BS, le=MAX_BS, multiple_of=512)]
+    rwmixread: Percent | None = None
+    percentage_random: Percent | None = None
+    iodepth: Annotated[int, Field(ge=1, le=MAX_IODEPTH)] = 1
+    numjobs: Annotated[int, Field(ge=1, le=MAX_NUMJOBS)] = 1
+    runtime: Annotated[int, Field(ge=1, le=MAX_RUNTIME_S)] = 60
+    ramp_time: Annotated[int, Field(ge=0, le=MAX_RAMP_S)] = 0
     ioengine: IoEngine = "libaio"
     direct: bool = True
-    footprint: str | None = None
+    footprint: Annotated[str, AfterValidator(check_footprint)] | None = None
     time_based: bool = True
     refill_buffers: bool = False
     norandommap: bool = False
@@ -147,9 +191,9 @@ class Precondition(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    numjobs: Annotated[int, Field(ge=1, le=4096)] = 16
-    iodepth: Annotated[int, Field(ge=1, le=65536)] = 16
-    round: Annotated[Seconds, Field(ge=1)] = 60
+    numjobs: NumJobs = 16
+    iodepth: IoDepth = 16
+    round: Runtime = 60
     max_rounds: Annotated[int, Field(ge=1, le=100_000)] = 360
     window: Annotated[int, Field(ge=2, le=100)] = 5
     max_range_pct: Annotated[float, Field(gt=0, le=100)] = 20.0
@@ -223,15 +267,15 @@ class SuiteDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     suite: Annotated[str, Field(pattern=_NAME.pattern)]
-    description: str = ""
+    description: Annotated[str, Field(max_length=4096)] = ""
     devices: Annotated[int, Field(ge=1, le=256)] | Literal["any"] = 1
-    op_modes: Annotated[list[str], Field(min_length=1)] = ["stock"]
-    cell_limit: Annotated[int, Field(ge=1)] = DEFAULT_CELL_LIMIT
+    op_modes: Annotated[list[str], Field(min_length=1, max_length=91)] = ["stock"]
+    cell_limit: Annotated[int, Field(ge=1, le=MAX_CELLS)] = DEFAULT_CELL_LIMIT
     defaults: WorkloadOptions = WorkloadOptions()
     phases: Phases = Phases()
     retry: Retry = Retry()
     network: Network | None = None
-    profiles: Annotated[list[ProfileEntry], Field(min_length=1)]
+    profiles: Annotated[list[ProfileEntry], Field(min_length=1, max_length=MAX_CELLS)]
 
     @field_validator("op_modes")
     @classmethod
@@ -296,7 +340,7 @@ def op_footprint(op_mode: str, footprint: str | None) -> tuple[str | None, str]:
     if footprint is None:
         return f"{usable}%", note
     if footprint.endswith("%"):
-        return f"{float(footprint[:-1]) * usable / 100:g}%", note
+        return f"{round(float(footprint[:-1]) * usable / 100, 6):g}%", note
     return footprint, note + "; absolute footprint kept"
 
 
@@ -376,7 +420,9 @@ def _dimension_values(where: str, key: str, values: list[Any]) -> tuple[list[Any
     return out, problems
 
 
-def _expand(doc: SuiteDocument) -> tuple[list[Cell], list[Problem]]:
+def _expand(doc: SuiteDocument, *, combine: bool = True) -> tuple[list[Cell], list[Problem]]:
+    """The suite's cells and the problems of its dimensions; with ``combine`` False (too many cells),
+    only each swept value is validated and no cell is made."""
     problems: list[Problem] = []
     cells: list[Cell] = []
     defaults = doc.defaults.model_dump(exclude_none=True)
@@ -400,7 +446,7 @@ def _expand(doc: SuiteDocument) -> tuple[list[Cell], list[Problem]]:
                 vals, probs = _dimension_values(f"{where}.{section}", key, list(values))
                 problems += probs
                 dims[key] = vals
-        if any(not v for v in dims.values()):
+        if not combine or any(not v for v in dims.values()):
             continue
         for combo in itertools.product(*dims.values()):
             point = {**net_dims, **dict(zip(dims, combo, strict=True))}
@@ -430,8 +476,12 @@ def _expand(doc: SuiteDocument) -> tuple[list[Cell], list[Problem]]:
                 problems.append(Problem(f"{where}.name", f"duplicate profile name {prof.name!r}"))
                 break
             names.add(name)
-            cells.append(Cell(profile=prof.name, op_mode=op_mode, dims=point,
-                              workload=Workload.model_validate({**merged, "name": name}),
+            try:
+                workload = Workload.model_validate({**merged, "name": name})
+            except ValidationError as e:
+                problems += problems_from(e, where)
+                break
+            cells.append(Cell(profile=prof.name, op_mode=op_mode, dims=point, workload=workload,
                               precondition=prof.precondition and doc.phases.precondition is not None))
     return cells, problems
 
@@ -521,16 +571,40 @@ def count_steps(cells: list[Cell], phases: Phases, network: Network | None = Non
     return len(cells) + groups + purges
 
 
-def parse_suite(text: str, source: str) -> Suite:
-    """Validate suite YAML text; raise :class:`SuiteError` listing every problem."""
+def _load(text: object, source: str) -> dict[str, Any]:
+    """The suite's raw mapping: text size-bounded before parsing, YAML without aliases or deep nesting."""
+    if not isinstance(text, str):
+        raise SuiteError(source, [Problem("", f"a suite is text, not {type(text).__name__}")])
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_SUITE_BYTES:
+        raise SuiteError(source, [Problem("", f"the suite text is {size} bytes, over the limit of "
+                                              f"{MAX_SUITE_BYTES} bytes")])
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text, MAX_YAML_DEPTH)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else ""
         raise SuiteError(source, [Problem(where, f"not valid YAML: {getattr(e, 'problem', e)}")]) from e
+    except (ValueError, OverflowError, RecursionError) as e:
+        raise SuiteError(source, [Problem("", f"not a valid suite value: {str(e)[:200]}")]) from e
     if not isinstance(data, dict):
         raise SuiteError(source, [Problem("", "a suite must be a mapping with keys suite and profiles")])
+    return data
+
+
+def _cell_bound(data: dict[str, Any], doc: SuiteDocument | None) -> Problem | None:
+    """Cells counted from the dimension sizes, before expansion, against the cell limit and MAX_CELLS."""
+    n = raw_cell_count(data)
+    if n <= MAX_CELLS:
+        return None     # at most MAX_CELLS to expand: cheap; the step count is judged against cell_limit after
+    return Problem("cell_limit", f"the suite's dimensions make {n} measured cells (op_modes x network x each "
+                                 f"profile's sweep and ladder sizes), over the ceiling of {MAX_CELLS}"
+                                 + (f" and the limit of {doc.cell_limit}" if doc is not None else ""))
+
+
+def parse_suite(text: str, source: str) -> Suite:
+    """Validate suite YAML text; raise :class:`SuiteError` listing every problem."""
+    data = _load(text, source)
     problems: list[Problem] = []
     try:
         doc: SuiteDocument | None = SuiteDocument.model_validate(data)
@@ -539,12 +613,15 @@ def parse_suite(text: str, source: str) -> Suite:
         problems += problems_from(e)
         doc, kept = _valid_part(data, e)
     problems += _cross_checks(data) + _network_problems(data)
+    too_many = _cell_bound(data, doc)
+    if too_many is not None:
+        problems.append(too_many)
     if doc is None:
         raise SuiteError(source, _dedupe(problems))
-    cells, expand_problems = _expand(doc)
+    cells, expand_problems = _expand(doc, combine=too_many is None)
     problems += [p for p in map(lambda p: _renumber(p, kept), expand_problems) if p not in problems]
     steps = count_steps(cells, doc.phases, doc.network)
-    if steps > doc.cell_limit:
+    if too_many is None and steps > doc.cell_limit:
         problems.append(Problem("cell_limit", f"the suite expands to {steps} steps ({len(cells)} measured "
                                               f"cells), over the limit of {doc.cell_limit}"))
     if problems:
@@ -623,3 +700,41 @@ def with_overrides(suite: Suite, *, runtime: int | None = None, scale: float | N
         phases = phases.model_copy(update={"precondition": phases.precondition.model_copy(
             update={"round": scaled(phases.precondition.round)})})
     return suite.model_copy(update={"cells": tuple(cells), "phases": phases})
+
+
+def capacity_problems(suite: Suite, size_bytes: int, device: str) -> list[Problem]:
+    """What of ``suite`` does not fit on a device of ``size_bytes`` (the smallest a submission names): a block
+    size or an absolute footprint larger than the device. One problem per profile and option."""
+    problems: dict[tuple[str, str], Problem] = {}
+    if size_bytes <= 0:
+        return []
+    for c in suite.cells:
+        w = c.workload
+        where = f"profile {c.profile}"
+        if w.bs > size_bytes and (c.profile, "bs") not in problems:
+            problems[(c.profile, "bs")] = Problem(f"{where}.bs", f"block size {format_size(w.bs)} is larger than "
+                                                                 f"{device} ({size_bytes} bytes)")
+        if (w.footprint and not w.footprint.endswith("%") and int(w.footprint) > size_bytes
+                and (c.profile, "footprint") not in problems):
+            problems[(c.profile, "footprint")] = Problem(
+                f"{where}.footprint", f"footprint {format_size(int(w.footprint))} is larger than {device} "
+                                      f"({size_bytes} bytes)")
+    return list(problems.values())
+
+
+def override_problems(suite: Suite, runtime: int | None, scale: float | None) -> list[Problem]:
+    """Durations a ``--runtime`` / ``--scale`` override would take past the suite's bounds."""
+    if runtime is None and scale is None:
+        return []
+    where = "--scale" if runtime is None else "--runtime"
+    scaled = with_overrides(suite, runtime=runtime, scale=scale)
+    worst = max((c.workload.runtime for c in scaled.cells), default=0)
+    ramp = max((c.workload.ramp_time for c in scaled.cells), default=0)
+    pc = scaled.phases.precondition
+    problems = []
+    if worst > MAX_RUNTIME_S or (pc is not None and pc.round > MAX_RUNTIME_S):
+        problems.append(Problem(where, f"makes a runtime of {max(worst, pc.round if pc else 0)} s, over the "
+                                       f"ceiling of {MAX_RUNTIME_S} s"))
+    if ramp > MAX_RAMP_S:
+        problems.append(Problem(where, f"makes a ramp time of {ramp} s, over the ceiling of {MAX_RAMP_S} s"))
+    return problems

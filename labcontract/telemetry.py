@@ -72,12 +72,17 @@ CTRL_AGENT_HEARTBEAT_AGE = Metric("lab_controller_agent_heartbeat_age_seconds", 
                                   "Seconds since the controller last heard from the host")
 CTRL_RESERVATIONS = Metric("lab_controller_reservations", "gauge", (),
                            "Devices held by running runs")
+# transient faults (orchestrator/transient.py): the loop waits them out instead of exiting
+CTRL_DEGRADED = Metric("lab_controller_degraded", "gauge", ("kind",),
+                       "1 while the controller waits out a transient fault of its store or broker (kind)")
+CTRL_TRANSIENT_FAULTS = Metric("lab_controller_transient_faults", "counter", ("kind",),
+                               "Loop passes that failed on a transient fault (kind: store or redis)")
 
 AGENT_METRICS = (FIO_IOS, FIO_BYTES, FIO_LAT_MEAN, FIO_LAT_MAX, FIO_LAT_P99, FIO_THREADS, FIO_IODEPTH, STEP_PHASE,
                  PRECONDITION_ROUND, STEP_ELAPSED, STEP_EXPECTED, STEP_INFO, AGENT_UP, AGENT_HEARTBEAT_AGE,
                  AGENT_FIO_RUNNING, AGENT_LAST_ERROR, NET_PATH_BYTES)
 CONTROLLER_METRICS = (CTRL_RUNS, CTRL_STEPS, CTRL_QUEUE, CTRL_STEPS_COMPLETED, CTRL_STEPS_FAILED, CTRL_AGENT_UP,
-                      CTRL_AGENT_HEARTBEAT_AGE, CTRL_RESERVATIONS)
+                      CTRL_AGENT_HEARTBEAT_AGE, CTRL_RESERVATIONS, CTRL_DEGRADED, CTRL_TRANSIENT_FAULTS)
 
 DEFAULT_AGENT_METRICS_PORT = 9464
 DEFAULT_CONTROLLER_METRICS_PORT = 9465

@@ -6,6 +6,8 @@ from typing import Any
 
 import redis
 
+from labcontract.brokerauth import redact_url, resolve, unacked_keys
+
 # Seconds. A dispatch is a start request that takes milliseconds to handle; the visibility
 # timeout only has to cover an agent that died between receiving and acknowledging it.
 VISIBILITY_TIMEOUT = 300
@@ -13,9 +15,24 @@ SOCKET_TIMEOUT = 10
 SOCKET_CONNECT_TIMEOUT = 5
 
 
-def celery_settings(broker_url: str) -> dict[str, Any]:
-    return {
-        "broker_url": broker_url,
+def celery_settings(broker_url: str, *, host: str | None = None) -> dict[str, Any]:
+    """``host``: the settings of that agent's worker (its queue, and kombu's unacked hash, index and
+    mutex under keys of its own, which its broker user may touch; kombu's defaults are shared by all).
+
+    The password a URL's ``password_file`` names is read here into the in-memory kombu URL (never logged:
+    Celery and kombu log URLs with the password masked); ``rediss://`` gets ``broker_use_ssl``."""
+    conn = resolve(broker_url)
+    options: dict[str, Any] = {
+        "visibility_timeout": VISIBILITY_TIMEOUT,
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT,
+        "retry_on_timeout": True,
+        "health_check_interval": 10,
+        # one list per queue (celery_wire pushes priority 0 only): an agent's ACL names exactly its key
+        "priority_steps": [0],
+    }
+    settings: dict[str, Any] = {
+        "broker_url": conn.kombu_url,
         "task_serializer": "json",
         "accept_content": ["json"],
         "result_serializer": "json",
@@ -31,15 +48,20 @@ def celery_settings(broker_url: str) -> dict[str, Any]:
         "worker_enable_remote_control": False,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": {
-            "visibility_timeout": VISIBILITY_TIMEOUT,
-            "socket_timeout": SOCKET_TIMEOUT,
-            "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT,
-            "retry_on_timeout": True,
-            "health_check_interval": 10,
-        },
+        "broker_transport_options": options,
         "task_default_queue": "lab.unrouted",
     }
+    if conn.ssl is not None:
+        settings["broker_use_ssl"] = conn.ssl
+    if host is not None:
+        from kombu.entity import Exchange, Queue
+
+        from labcontract.protocol import agent_queue
+
+        options.update(unacked_keys(host))
+        queue = agent_queue(host)   # bound to an exchange of its own name: binding keys per host too
+        settings["task_queues"] = [Queue(queue, Exchange(queue, type="direct"), routing_key=queue)]  # type: ignore[no-untyped-call]
+    return settings
 
 
 def redis_py_url(url: str) -> str:
@@ -49,12 +71,13 @@ def redis_py_url(url: str) -> str:
     return url
 
 
-def redis_client(url: str) -> redis.Redis:
-    """A client for the events/commands streams, with explicit socket timeouts."""
-    return redis.Redis.from_url(
-        redis_py_url(url),
-        socket_timeout=SOCKET_TIMEOUT,
-        socket_connect_timeout=SOCKET_CONNECT_TIMEOUT,
-        health_check_interval=10,
-        decode_responses=True,
-    )
+def redis_client(url: str, **overrides: Any) -> redis.Redis:
+    """A client for the events/commands streams, with explicit socket timeouts; the user, the password
+    (read from the URL's ``password_file``) and TLS files as the URL names them."""
+    conn = resolve(url)
+    kwargs: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT,
+                              "health_check_interval": 10, "decode_responses": True, **conn.kwargs, **overrides}
+    try:
+        return redis.Redis.from_url(conn.url, **kwargs)
+    except ValueError as e:
+        raise ValueError(f"bad broker URL {redact_url(url)}: {e}") from None

@@ -8,6 +8,8 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
 _MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
 _DUR_MULT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_TEXT = 32                      # characters of a size or duration string (a bound before any arithmetic)
+MAX_VALUE = 1 << 62                # sizes and durations beyond this are no value, whatever their unit
 
 
 def parse_size(value: object) -> int:
@@ -20,10 +22,14 @@ def parse_size(value: object) -> int:
         return value
     if not isinstance(value, str):
         raise ValueError(f"not a size: {value!r}")
+    if len(value) > MAX_TEXT:
+        raise ValueError(f"not a size: {value[:MAX_TEXT]!r}... is over {MAX_TEXT} characters")
     m = _SIZE.match(value)
     if not m or (m.group(3) and m.group(3).lower() not in ("b", "ib")):
         raise ValueError(f"not a size: {value!r} (use bytes or a number with k, m, g, t suffix, e.g. 4k)")
     number = float(m.group(1)) * _MULT[m.group(2).lower()]
+    if not number < MAX_VALUE:
+        raise ValueError(f"not a size: {value!r} is far too large")
     if number != int(number):
         raise ValueError(f"not a whole number of bytes: {value!r}")
     return int(number)
@@ -39,10 +45,14 @@ def parse_duration(value: object) -> int:
         return value
     if not isinstance(value, str):
         raise ValueError(f"not a duration: {value!r}")
+    if len(value) > MAX_TEXT:
+        raise ValueError(f"not a duration: {value[:MAX_TEXT]!r}... is over {MAX_TEXT} characters")
     m = _DURATION.match(value)
     if not m:
         raise ValueError(f"not a duration: {value!r} (use seconds or a number with s, m, h suffix)")
     seconds = float(m.group(1)) * _DUR_MULT[(m.group(2) or "s").lower()]
+    if not seconds < MAX_VALUE:
+        raise ValueError(f"not a duration: {value!r} is far too long")
     if seconds != int(seconds):
         raise ValueError(f"not a whole number of seconds: {value!r}")
     return int(seconds)

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from labcontract.errors import LabError
+from orchestrator.cli_broker import broker_app
 from orchestrator.cli_common import State, checked_reply, fail, fails_cleanly, out
 from orchestrator.cli_common import sessions_or_fail as _sessions
 from orchestrator.cli_hosts import hosts_app
@@ -24,6 +25,7 @@ run_app = typer.Typer(help="Inspect one run.", no_args_is_help=True)
 app.add_typer(suite_app, name="suite")
 app.add_typer(run_app, name="run")
 app.add_typer(hosts_app, name="hosts")
+app.add_typer(broker_app, name="broker")
 
 @app.callback()
 def main_options(
@@ -33,8 +35,21 @@ def main_options(
     = DEFAULT_BROKER,
     store: Annotated[str | None, typer.Option(envvar="LAB_STORE_URL",
                                               help="Results store URL (default: SQLite in the lab dir).")] = None,
+    broker_password_file: Annotated[Path | None, typer.Option(
+        envvar="LAB_BROKER_PASSWORD_FILE", help="File holding the broker user's password (the user is the one "
+                                                "of --broker, e.g. redis://controller@HOST:6379/0).")] = None,
+    broker_ca: Annotated[Path | None, typer.Option(envvar="LAB_BROKER_CA",
+                                                   help="CA certificate the broker's TLS certificate is checked "
+                                                        "with (rediss:// URLs).")] = None,
+    broker_cert: Annotated[Path | None, typer.Option(envvar="LAB_BROKER_CERT",
+                                                     help="Client certificate for a broker requiring one.")] = None,
+    broker_key: Annotated[Path | None, typer.Option(envvar="LAB_BROKER_KEY",
+                                                    help="Key of --broker-cert.")] = None,
 ) -> None:
-    State.config = LabConfig(lab_dir=lab_dir, broker_url=broker, store_url=store)
+    from orchestrator.cli_broker import broker_url_of
+
+    State.config = LabConfig(lab_dir=lab_dir, store_url=store, broker_url=broker_url_of(
+        broker, password_file=broker_password_file, ca=broker_ca, cert=broker_cert, key=broker_key))
 
 
 # --- suites -----------------------------------------------------------------------------------
@@ -239,11 +254,18 @@ def queue() -> None:
         return bool(h and h.last_seen and now - h.last_seen <= tuning.heartbeat_timeout_s)
 
     table = Table("run", "suite", "prio", "target", "state", "steps", "status")
-    with _sessions()() as s:
+    db = _sessions()
+    gone = controller_unreachable(db, now)     # then the hosts only look silent: nothing is applied
+    if gone:
+        print(f"warning: the controller is unreachable: {gone}; the states below are as it left them (hosts "
+              "may look down because nobody reads their heartbeats)", file=sys.stderr)
+    with db() as s:
         runs = list(s.scalars(select(Run).where(Run.state.in_(["QUEUED", "RUNNING", "PAUSED"]))))
         hosts = {h.name: h for h in s.scalars(select(Host))}
         decision = decide(runs, hosts, now, up)
-        starting = {r.id for r, _st in decision.dispatch}
+        if gone:
+            decision.waits.update({r.id: "controller unreachable" for r in runs})
+        starting = {r.id for r, _st in decision.dispatch} if not gone else set()
         order = sorted(runs, key=lambda r: (r.state == "QUEUED", -r.priority, r.submitted_at))
         for r in order:
             done = sum(1 for st in r.steps if st.state in ("SUCCEEDED", "FAILED", "CANCELLED"))
@@ -253,6 +275,24 @@ def queue() -> None:
             table.add_row(r.id, r.suite_name, str(r.priority), f"{r.host}:{','.join(r.devices or [r.device])}",
                           r.state, f"{done}/{len(r.steps)}", status)
     out.print(table)
+
+
+def controller_unreachable(db: Any, now: float) -> str | None:
+    """Why the controller is not working the queue (its lease, orchestrator.lease), or None when it is."""
+    from orchestrator.lease import DEFAULT_TTL_S, current
+
+    try:
+        lease = current(db)
+    except Exception:             # a store from before the lease (no table): cannot tell
+        return None
+    if lease is None:
+        return "no controller ever ran on this store"
+    if lease.expires_at <= 0:
+        return f"controller {lease.holder} stopped {now - lease.renewed_at:.0f}s ago"
+    if now - lease.renewed_at > DEFAULT_TTL_S:
+        return (f"controller {lease.holder} last renewed its lease {now - lease.renewed_at:.0f}s ago (it renews "
+                "it every few seconds: it is down, stuck, or cannot reach its store)")
+    return None
 
 
 @app.command()
@@ -462,7 +502,9 @@ def controller(log_level: Annotated[str, typer.Option()] = "INFO",
                metrics_port: Annotated[int, typer.Option(help="Port of the Prometheus exporter (/metrics, "
                                                               "/health); 0: an ephemeral port, logged.")]
                = 9465,
-               metrics_bind: Annotated[str, typer.Option(help="Address the exporter listens on.")] = "0.0.0.0",
+               metrics_bind: Annotated[str, typer.Option(help="Address the exporter listens on (0.0.0.0: every "
+                                                              "address; expose it only to Prometheus).")]
+               = "127.0.0.1",
                no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Serve no metrics.")] = False,
                notify_webhook: Annotated[list[str] | None, typer.Option(
                    help="POST a JSON body here when a run ends (repeat).")] = None,
@@ -471,13 +513,17 @@ def controller(log_level: Annotated[str, typer.Option()] = "INFO",
                inventory: Annotated[Path | None, typer.Option(
                    help="The lab's Ansible inventory directory: suites with phases.provision purge, set OP modes "
                         "and record DUT facts through playbooks/.")] = None,
+               no_standby: Annotated[bool, typer.Option(
+                   "--no-standby", help="When another controller holds the lease, exit (code 2) instead of "
+                                        "standing by to take over when it stops.")] = False,
                ) -> None:
-    """Run the controller daemon (the store's only writer)."""
+    """Run the controller daemon (the store's only writer; one at a time: the others stand by)."""
     from orchestrator.cmd.controller import main
 
     main(State.config, ControllerTuning(heartbeat_timeout_s=heartbeat_timeout), log_level=log_level,
          metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
-         notify_webhooks=tuple(notify_webhook or ()), notify_files=tuple(notify_file or ()), inventory=inventory)
+         notify_webhooks=tuple(notify_webhook or ()), notify_files=tuple(notify_file or ()), inventory=inventory,
+         standby=not no_standby)
 
 
 @app.command()
@@ -491,7 +537,8 @@ def agent(
     log_level: Annotated[str, typer.Option()] = "INFO",
     metrics_port: Annotated[int, typer.Option(help="Port of the Prometheus exporter (/metrics, /health); "
                                                    "0: an ephemeral port.")] = 9464,
-    metrics_bind: Annotated[str, typer.Option(help="Address the exporter listens on.")] = "0.0.0.0",
+    metrics_bind: Annotated[str | None, typer.Option(help="Address the exporter listens on (default: the host of "
+                                                          "--metrics-advertise, else 127.0.0.1).")] = None,
     metrics_advertise: Annotated[str | None, typer.Option(help="HOST or HOST:PORT the exporter is reached at, "
                                                                "announced to the controller (default: "
                                                                "hostname:port).")] = None,

@@ -6,8 +6,10 @@ the answer. Reads (runs, hosts) go to the store directly, read-only.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 from sqlalchemy.orm import Session, sessionmaker
@@ -15,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from labcontract.errors import Problem, ServiceError, SubmissionError, SuiteError
 from labcontract.protocol import (
     COMMANDS_STREAM,
+    PROTOCOL_VERSION,
     REPLY_PREFIX,
     Cancel,
     Message,
@@ -60,6 +63,26 @@ def check_submission(ref: str, host: str, devices: Sequence[str],
     return suite
 
 
+def parse_reply(raw: str | bytes) -> Reply:
+    """The controller's answer. One from a controller of another protocol version (or one refusing ours) is
+    shown as it is, a ServiceError naming both versions, never as a validation error or a 30 s wait."""
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise ServiceError(f"the controller's reply is not JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ServiceError("the controller's reply is not a JSON object")
+    found = data.get("errors")
+    errors: list[Any] = found if isinstance(found, list) else []
+    if data.get("v") != PROTOCOL_VERSION or any("is not spoken here" in str(e) for e in errors):
+        why = "; ".join(str(e)[:500] for e in errors) or f"it speaks protocol {str(data.get('v'))[:20]}"
+        raise ServiceError(f"the controller refused this labctl (protocol {PROTOCOL_VERSION}): {why}")
+    try:
+        return Reply.model_validate(data)
+    except ValueError as e:
+        raise ServiceError(f"the controller's reply is malformed: {e}") from e
+
+
 class ControllerClient:
     def __init__(self, client: redis.Redis, *, timeout_s: float = 30) -> None:
         self.redis, self.timeout_s = client, timeout_s
@@ -72,7 +95,7 @@ class ControllerClient:
             raise ServiceError(f"cannot reach the broker: {e}") from e
         if got is None:
             return None
-        return Reply.model_validate_json(got[1])
+        return parse_reply(got[1])
 
     def submit(self, suite: Suite, host: str, devices: Sequence[str], runtime: int | None = None,
                scale: float | None = None, live: bool = True, *, priority: int = 0,

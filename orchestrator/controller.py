@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import redis
@@ -31,15 +32,13 @@ from labcontract.fiojob import device_section, render_job
 from labcontract.fioresult import StepMetrics, parse_fio_groups
 from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
 from labcontract.protocol import (
-    COMMAND,
-    COMMANDS_STREAM,
-    EVENTS_GROUP,
-    EVENTS_STREAM,
     PROTOCOL_VERSION,
+    AnyEvent,
     Cancel,
     CancelStep,
     Heartbeat,
     NetStart,
+    OtherVersion,
     Pause,
     Register,
     Release,
@@ -53,14 +52,14 @@ from labcontract.protocol import (
     StepStarted,
     StepUnknown,
     Submit,
-    check_version,
-    decode_event,
+    decode_command,
 )
-from labcontract.suite import RetryCause, Suite, Workload, parse_suite
+from labcontract.suite import RetryCause, Suite, Workload, capacity_problems, override_problems, parse_suite
 from orchestrator import health, netgroups, opmode, preconditioning, retries
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.dispatch import Dispatcher
+from orchestrator.intake import Intake, command_refusal, judge, mark_incompatible, valid_reply_to
 from orchestrator.notify import Notifier, payload
 from orchestrator.planner import net_hosts_of, plan
 from orchestrator.provisioning import LOCAL_KINDS, LocalOutcome, LocalStep, Provisioner
@@ -75,11 +74,12 @@ from orchestrator.states import (
     check_step,
 )
 from orchestrator.store.models import Artifact, Attempt, Device, Host, NetGroup, Result, Run, Schedule, Step
+from orchestrator.transient import BACKOFF_FIRST_S, BACKOFF_MAX_S, FaultLog, transient_kind
 
 log = logging.getLogger(__name__)
-CONSUMER = "controller-1"
 NET_TARGET_EXTRA_S = 2      # the target counts this much longer than its initiators measure
 REPLY_TTL_S = 300
+PENDING_AGAIN_S = 10.0      # read the streams' unacknowledged entries again this often (see run_forever)
 
 
 def next_fire(cron: str, after: float) -> float:
@@ -124,6 +124,7 @@ def submission_problems(session: Session, host_name: str, devices: Sequence[str]
         return [*problems, Problem("--host", f"unknown host {host_name!r} (known: {known})")]
     declared = ", ".join(f"{d.name} ({d.path})" for d in host.devices if d.declared) or "none"
     seen: dict[str, str] = {}
+    named: list[Device] = []
     for device in devices:
         dev = find_device(host, device)
         if dev is None:
@@ -134,6 +135,11 @@ def submission_problems(session: Session, host_name: str, devices: Sequence[str]
                                                 f"(also as {seen[dev.path]!r})"))
         else:
             seen[dev.path] = device
+            named.append(dev)
+    if suite is not None and named:
+        # sizes against the registered capacity of the smallest named device (a group shares one job)
+        smallest = min(named, key=lambda d: d.size_bytes)
+        problems += capacity_problems(suite, smallest.size_bytes, f"device {smallest.name} ({smallest.path})")
     return problems
 
 
@@ -155,29 +161,78 @@ class Controller:
     # --- loop --------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        for stream in (EVENTS_STREAM, COMMANDS_STREAM):
-            try:
-                self.redis.xgroup_create(stream, EVENTS_GROUP, id="0", mkstream=True)
-            except redis.ResponseError as e:
-                if "BUSYGROUP" not in str(e):
-                    raise
-        self._drain(pending=True)     # what a previous life read but did not acknowledge
+        self.intake.setup()           # groups on every stream; what a previous life read but did not acknowledge
         self.reconcile()
 
+    @cached_property
+    def intake(self) -> Intake:
+        return Intake(self)
+
     def stop(self) -> None:
+        """From a signal handler: the loop ends after this pass (or this backoff wait)."""
         self._stopping = True
 
-    def run_forever(self) -> None:
-        self.setup()
-        backoff = 0.5
+    def run_forever(self, *, renew: Callable[[], None] | None = None, faults: FaultLog | None = None) -> None:
+        """Pass after pass until stop(). ``renew``: extends the controller lease (raises LeaseLost, which
+        ends the loop: another controller took over). A transient fault (orchestrator.transient: store
+        full or locked, PostgreSQL or Redis down, Redis restarted empty) is waited out with backoff, logged
+        once per interval in ``faults``; nothing is acknowledged meanwhile, and after it the streams are
+        set up again (groups recreated, entries read but not acknowledged read again)."""
+        faults = faults if faults is not None else FaultLog()
+        backoff, ready, pending_at = BACKOFF_FIRST_S, False, time.monotonic()
         while not self._stopping:
             try:
+                if renew is not None:
+                    renew()
+                if not ready:
+                    self.setup()
+                    ready = True
+                elif time.monotonic() - pending_at >= PENDING_AGAIN_S:
+                    # entries a stale controller read (same consumer) and, fenced off, never acknowledged
+                    self.intake.drain(pending=True)
+                    pending_at = time.monotonic()
                 self.step_once()
-                backoff = 0.5
-            except (redis.ConnectionError, redis.TimeoutError) as e:
-                log.warning("redis unavailable (%s); retrying in %.1fs", e, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 10)
+            except Exception as e:
+                kind = transient_kind(e)
+                if kind is None:
+                    raise
+                faults.fault(kind, e, backoff)
+                ready = False
+                self._nap(backoff, probe=self.redis.ping if kind == "redis" else self._store_answers)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                continue
+            backoff = BACKOFF_FIRST_S
+            faults.recovered()
+
+    def _note_skews(self, hosts: Sequence[Host]) -> None:
+        """The hosts' clock skews (measured at registration) for the dispatcher's message expiry."""
+        skews = getattr(self.dispatcher, "skew_s", None)
+        if isinstance(skews, dict):
+            fresh = {h.name: h.clock_skew_s for h in hosts if h.clock_skew_s is not None}
+            if fresh != skews:
+                skews.clear()
+                skews.update(fresh)
+
+    def _store_answers(self) -> None:
+        """The backoff's probe of the store: a read (a full disk still reads: then the retries come every
+        probe, each a cheap failed pass, logged once per interval)."""
+        with self.sessions() as s:
+            s.execute(select(1))
+
+    def _nap(self, seconds: float, probe: Callable[[], object] | None = None) -> None:
+        """Sleep, but end at once when stop() is called (SIGTERM during a 10 s backoff), or as soon as
+        ``probe`` (tried every 0.5 s, e.g. a Redis PING) succeeds: the backoff spares the log, not the
+        recovery."""
+        until, probe_at = time.monotonic() + seconds, time.monotonic() + 0.5
+        while not self._stopping and (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
+            if probe is not None and time.monotonic() >= probe_at:
+                probe_at = time.monotonic() + 0.5
+                try:
+                    probe()
+                    return
+                except Exception:      # still down: keep waiting
+                    continue
 
     def step_once(self) -> None:
         self._drain(pending=False, block_ms=self.tuning.block_ms)
@@ -188,67 +243,21 @@ class Controller:
         self.last_pass_at = time.time()
 
     def _drain(self, *, pending: bool, block_ms: int | None = None) -> None:
-        start = "0" if pending else ">"
-        while True:
-            batches: Any = self.redis.xreadgroup(EVENTS_GROUP, CONSUMER,
-                                            {EVENTS_STREAM: start, COMMANDS_STREAM: start},
-                                            count=200, block=None if pending else block_ms)
-            got = 0
-            for stream, entries in batches or []:
-                got += len(entries)
-                if not entries:
-                    continue
-                if stream == EVENTS_STREAM:
-                    self._apply_events(entries)
-                    ids = [entry_id for entry_id, _f in entries]
-                    self.redis.xack(stream, EVENTS_GROUP, *ids)
-                    self.redis.xdel(stream, *ids)
-                    continue
-                for entry_id, fields in entries:       # a command is answered after its own commit
-                    self._handle_entry(stream, fields)
-                    self.redis.xack(stream, EVENTS_GROUP, entry_id)
-            if not got or not pending:
-                return
-
-    def _apply_events(self, entries: list[tuple[str, dict[str, str]]]) -> None:
-        """A batch of agent events in one transaction (one commit, one identity map: heartbeats of 200
-        hosts cost one flush). Should one event fail, the batch is applied again one event at a time, so
-        the failure is that event's alone."""
-        events = []
-        for _id, fields in entries:
-            try:
-                events.append(decode_event(fields.get("data", "")))
-            except ProtocolError as e:
-                log.error("dropped a malformed %s entry: %s", EVENTS_STREAM, e)
-        try:
-            with self.sessions.begin() as s:
-                for ev in events:
-                    self._apply_event(s, ev)
-        except Exception:
-            if len(events) == 1:
-                raise
-            log.warning("a batch of %d events failed; applying them one by one", len(events), exc_info=True)
-            for ev in events:
-                self.handle_event(ev)
-
-    def _handle_entry(self, stream: str, fields: dict[str, str]) -> None:
-        raw = fields.get("data", "")
-        try:
-            if stream == EVENTS_STREAM:
-                self.handle_event(decode_event(raw))
-            else:
-                self.handle_command(raw)
-        except ProtocolError as e:
-            log.error("dropped a malformed %s entry: %s", stream, e)
+        self.intake.drain(pending=pending, block_ms=block_ms)
 
     # --- events from agents ------------------------------------------------------------------------
 
-    def handle_event(self, ev: Register | Heartbeat | StepStarted | StepEnded | StepUnknown) -> None:
+    def handle_event(self, ev: AnyEvent | OtherVersion, source: str | None = None) -> None:
+        """Apply one event; ``source``: the host whose stream it came on (None: trusted as ``ev.host``)."""
         with self.sessions.begin() as s:
-            self._apply_event(s, ev)
+            self._apply_event(s, ev, source)
 
-    def _apply_event(self, s: Session, ev: Register | Heartbeat | StepStarted | StepEnded | StepUnknown) -> None:
-        if isinstance(ev, Register):
+    def _apply_event(self, s: Session, ev: AnyEvent | OtherVersion, source: str | None = None) -> None:
+        """Raises ProtocolError for an event refused (see intake.judge): nothing of it is applied."""
+        source = ev.host if source is None else source
+        if isinstance(ev, OtherVersion):
+            mark_incompatible(s, ev, self.clock())
+        elif isinstance(ev, Register):
             self._on_register(s, ev)
         elif isinstance(ev, Heartbeat):
             host = s.get(Host, ev.host)
@@ -256,12 +265,13 @@ class Controller:
                 host.last_seen = self.clock()
                 if ev.health:
                     health.apply(host, ev.health, self.clock(), self.tuning.quarantine_after)
-        elif isinstance(ev, StepStarted):
-            self._on_started(s, ev)
-        elif isinstance(ev, StepEnded):
-            self._on_ended(s, ev)
-        else:
-            self._on_unknown(s, ev)
+        elif judge(s.get(Attempt, ev.attempt_id), ev.attempt_id, ev.type, source):
+            if isinstance(ev, StepStarted):
+                self._on_started(s, ev)
+            elif isinstance(ev, StepEnded):
+                self._on_ended(s, ev)
+            else:
+                self._on_unknown(s, ev)
 
     def _on_register(self, s: Session, ev: Register) -> None:
         host = s.get(Host, ev.host)
@@ -270,6 +280,7 @@ class Controller:
             host = Host(name=ev.host)
             s.add(host)
         host.agent_version, host.protocol_version = ev.agent_version, ev.v
+        host.incompatible, host.clock_skew_s = "", ev.sent_at - now
         host.facts = ev.facts.model_dump(mode="json")
         host.registered_at = host.last_seen = now
         declared = {d.name: d for d in ev.duts}
@@ -385,12 +396,12 @@ class Controller:
         att.fio_started_at = att.fio_started_at or ev.fio_started_at
         att.fio_ended_at = ev.fio_ended_at
         stored: dict[str, bytes] = {}
-        corrupt: list[str] = []
+        corrupt: dict[str, str] = {}
         for art in ev.artifacts:
             try:
-                data = art.content()
-            except ProtocolError:
-                corrupt.append(art.name)
+                data = art.content()          # bounded: a gzip bomb is refused before it inflates
+            except ProtocolError as e:
+                corrupt[art.name] = str(e)
                 continue
             rel, sha = self.artifacts.put(data, art.sha256)
             s.add(Artifact(attempt_id=att.id, name=art.name, sha256=sha, size=len(data), path=rel))
@@ -399,8 +410,8 @@ class Controller:
         lost = " (finished while its host was unreachable; output collected on its return)" \
             if att.state == StepState.LOST else ""
         if corrupt:
-            self._end(att, f"artifact(s) {', '.join(corrupt)} arrived corrupted (content does not match its "
-                           "sha256)", cause="error")
+            self._end(att, f"artifact(s) {', '.join(corrupt)} arrived corrupted: {'; '.join(corrupt.values())}"[:4096],
+                      cause="error")
         elif ev.outcome == "refused":
             self._move(att, StepState.FAILED, f"refused by agent: {ev.reason}")
             self._abandon_rest(run, f"not run: an earlier step was refused ({ev.reason})")
@@ -604,13 +615,16 @@ class Controller:
 
     # --- commands from the CLI -----------------------------------------------------------------------
 
-    def handle_command(self, raw: str) -> None:
+    def handle_command(self, raw: str | bytes) -> None:
+        """Decode, apply and answer one command. One that cannot be decoded raises ProtocolError, after an error
+        reply when it names a proper reply list (a wrong protocol version is answered at once)."""
         try:
-            data = json.loads(raw)
-            check_version(data)
-            cmd = COMMAND.validate_python(data)
-        except (ValueError, LabError) as e:
-            raise ProtocolError(f"malformed command: {e}") from e
+            cmd = decode_command(raw)
+        except ProtocolError as e:
+            why, reply_to = command_refusal(raw, e)
+            if reply_to is not None:
+                self._reply(reply_to, Reply(ok=False, errors=(why,)))
+            raise ProtocolError(why) from e
         if isinstance(cmd, Submit):
             reply = self.submit(cmd)
         elif isinstance(cmd, Cancel):
@@ -621,8 +635,12 @@ class Controller:
             reply = self.release(cmd)
         else:
             reply = self.pause_or_resume(cmd)
-        self.redis.lpush(cmd.reply_to, reply.model_dump_json())
-        self.redis.expire(cmd.reply_to, REPLY_TTL_S)
+        self._reply(cmd.reply_to, reply)
+
+    def _reply(self, reply_to: str, reply: Reply) -> None:
+        if valid_reply_to(reply_to):           # a reply list, never a stream, a queue or another key
+            self.redis.lpush(reply_to, reply.model_dump_json())
+            self.redis.expire(reply_to, REPLY_TTL_S)
 
     def submit(self, cmd: Submit) -> Reply:
         with self.sessions.begin() as s:
@@ -633,6 +651,7 @@ class Controller:
         suite = None
         try:
             suite = parse_suite(cmd.suite_text, cmd.suite_source)
+            problems += override_problems(suite, cmd.runtime_override, cmd.scale)
         except SuiteError as e:
             problems += e.problems
         if suite is not None and suite.network is not None:
@@ -1012,8 +1031,10 @@ class Controller:
     def watch(self) -> None:
         now = self.clock()
         resend: list[StartStep] = []
+        cancels: list[tuple[str, CancelStep]] = []
         with self.sessions.begin() as s:
             hosts = {h.name: h for h in s.scalars(select(Host))}
+            self._note_skews(list(hosts.values()))
             touched: set[str] = set()
             for att in self._active_attempts(s):
                 if att.step.kind in LOCAL_KINDS:
@@ -1029,7 +1050,8 @@ class Controller:
                     if self._lost_too_long(att, up, now):
                         touched.add(att.step.run_id)
                 elif att.state == StepState.RUNNING and self._overdue(att, now):
-                    self._stop_overdue(att, now)
+                    if (cancel := self._stop_overdue(att, now)) is not None:
+                        cancels.append((att.host, cancel))
                 elif (att.state == StepState.DISPATCHED and up and att.dispatched_at is not None
                       and now - att.dispatched_at > self.tuning.dispatch_expires_s + 5):
                     if att.dispatch_count >= self.tuning.dispatch_retries:
@@ -1044,6 +1066,8 @@ class Controller:
                 run = s.get(Run, run_id)
                 if run is not None:
                     self._finish_run_if_done(run)
+        for host, cancel in cancels:           # after the commit, like every dispatch
+            self.dispatcher.cancel(host, cancel)
         for msg in resend:
             log.warning("re-sending start of attempt %s", msg.attempt_id,
                         extra={"run": msg.run_id, "host": msg.host})
@@ -1066,18 +1090,22 @@ class Controller:
         return True
 
     def _overdue(self, att: Attempt, now: float) -> bool:
-        """Past the agent's own deadline and a grace: the agent did not stop it, the controller does."""
-        began = att.fio_started_at or att.started_at or att.dispatched_at
+        """Past the agent's own deadline and a grace: the agent did not stop it, the controller does.
+        Measured on the controller's clock only (when it saw the step start, else when it dispatched it):
+        ``fio_started_at`` is the agent's clock, which may be minutes off; skew never fails a step."""
+        began = att.started_at or att.dispatched_at
         return began is not None and now > began + att.timeout_s + self.tuning.timeout_grace_s
 
-    def _stop_overdue(self, att: Attempt, now: float) -> None:
+    def _stop_overdue(self, att: Attempt, now: float) -> CancelStep | None:
+        """The cancel to send once the transaction that records ``stop_cause`` has committed (a stale
+        controller, whose commit fails the lease check, sends nothing)."""
         if att.stop_cause == "timeout" and now - self._asked.get(att.id, 0.0) < self.tuning.ask_again_s:
-            return
+            return None
         att.stop_cause = "timeout"
         reason = f"ran past its deadline of {att.timeout_s}s; stopped by the controller"
         log.warning("attempt %s %s", att.id, reason, extra=self._ctx(att))
-        self.dispatcher.cancel(att.host, CancelStep(attempt_id=att.id, reason=reason))
         self._asked[att.id] = now
+        return CancelStep(attempt_id=att.id, reason=reason)
 
     def reconcile(self) -> None:
         """At start: ask agents where every active attempt stands."""

@@ -6,6 +6,7 @@ import time
 
 from rich.console import Console
 
+from labcontract.brokerauth import redact_url
 from labcontract.suite import load_suite
 from labcontract.transport import redis_client
 from orchestrator.client import ControllerClient
@@ -25,11 +26,14 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
     lab = Lab(config.lab_dir)
     try:
         if reuse_broker and redis_ping(config.broker_url):
-            broker = lab.broker_url = config.broker_url
-            console.print(f"using the redis-server at {broker}")
+            operator = lab.broker_url = config.broker_url
+            console.print(f"using the redis-server at {redact_url(operator)}")
         else:
-            broker = lab.start_redis()
-            console.print(f"started redis-server at {broker} (pid {lab.procs[-1].popen.pid})")
+            lab.start_redis()       # ACL users controller, labctl, agent-<host>; passwords in lab-dir/secrets
+            assert lab.labctl_url
+            operator = lab.labctl_url
+            console.print(f"started redis-server at {redact_url(lab.broker_url)} (pid {lab.procs[-1].popen.pid}); "
+                          f"ACL users and password files in {config.lab_dir / 'secrets'}")
         dut = lab.make_dut("demo-dut", size_mib)
         how = f"loop device {dut.loop} (direct I/O) on {dut.backing}" if dut.loop else f"file {dut.backing}"
         console.print(f"DUT: {how}, {size_mib} MiB")
@@ -53,14 +57,14 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
         wait_for(registered, 60, "the agent to register with the controller", interval=0.2)
         console.print(f"controller pid {controller.popen.pid}, agent {DEMO_HOST} pid {agent.popen.pid}: up")
         suite = load_suite(DEMO_SUITE)
-        run_id, _reply = ControllerClient(redis_client(broker)).submit(suite, DEMO_HOST, ["dut0"], runtime)
+        run_id, _reply = ControllerClient(redis_client(operator)).submit(suite, DEMO_HOST, ["dut0"], runtime)
         console.print(f"submitted suite {suite.name} ({len(suite.workloads)} steps x {runtime}s): run {run_id}")
-        code = watch_run(db, redis_client(broker), run_id, console,
+        code = watch_run(db, redis_client(operator), run_id, console,
                          timeout_s=len(suite.workloads) * (runtime + 60) + 60)
         with db() as s:
             report = write_markdown(run_detail(s, run_id), config.report_dir, config.artifact_dir)
         console.print(f"report: {report}")
-        console.print(f"store: {config.db_url}   logs: {config.lab_dir / 'logs'}")
+        console.print(f"store: {redact_url(config.db_url)}   logs: {config.lab_dir / 'logs'}")
         engine.dispose()
         return code
     finally:

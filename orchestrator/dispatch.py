@@ -30,6 +30,9 @@ class Dispatcher:
         self.app: Any = Celery("lab-controller", set_as_current=False)
         self.app.conf.update(celery_settings(broker_url))
         self.expires_s = expires_s
+        # host -> its clock minus ours (registration). A worker judges Celery's absolute ``expires`` on its own
+        # clock: a host ahead of ours would drop every message as expired, so its messages live that much longer
+        self.skew_s: dict[str, float] = {}
         self.encoder = TaskEncoder(self.app)
         self.pusher = QueuePusher(redis_client(broker_url))
 
@@ -38,7 +41,8 @@ class Dispatcher:
         label = getattr(msg, "attempt_id", "") or type(msg).__name__
         queue = agent_queue(host)
         return queue, self.encoder.encode(task, [msg.model_dump(mode="json")], queue=queue,
-                                          expires_s=self.expires_s, argsrepr=f"({label})")
+                                          expires_s=self.expires_s + max(0.0, self.skew_s.get(host, 0.0)),
+                                          argsrepr=f"({label})")
 
     def start(self, msg: StartStep) -> None:
         self.pusher.push([self._encode(TASK_START, msg.host, msg)])

@@ -8,12 +8,14 @@ FAILED steps in the store: monotonic as long as the store is (nothing deletes st
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract import telemetry as T
@@ -21,8 +23,10 @@ from labcontract.metrics_http import Family, counter, gauge
 from orchestrator.config import ControllerTuning
 from orchestrator.states import RunState, StepState
 from orchestrator.store.models import Host, Run, Step
+from orchestrator.transient import FAULT_KINDS, FaultLog
 
 __all__ = ["ControllerCollector"]
+log = logging.getLogger(__name__)
 
 #: /health turns 503 when the controller's loop has not completed a pass for this long.
 LOOP_STALE_S = 60.0
@@ -37,8 +41,9 @@ class ControllerCollector(Collector):
 
     def __init__(self, sessions: sessionmaker[Session], tuning: ControllerTuning | None = None, *,
                  clock: Callable[[], float] = time.time, last_pass: Callable[[], float | None] | None = None,
-                 started_at: float | None = None) -> None:
+                 started_at: float | None = None, faults: FaultLog | None = None) -> None:
         self.sessions = sessions
+        self.faults = faults
         self.tuning = tuning or ControllerTuning()
         self.clock = clock
         self.last_pass = last_pass
@@ -46,12 +51,18 @@ class ControllerCollector(Collector):
 
     def collect(self) -> Iterator[Family]:
         now = self.clock()
-        with self.sessions() as s:
-            runs = {state: n for state, n in s.execute(select(Run.state, func.count()).group_by(Run.state))}
-            steps = {state: n for state, n in s.execute(select(Step.state, func.count()).group_by(Step.state))}
-            hosts = [(name, seen) for name, seen in s.execute(select(Host.name, Host.last_seen).order_by(Host.name))]
-            held = [(host, device, devices) for host, device, devices in
-                    s.execute(select(Run.host, Run.device, Run.devices).where(Run.state == RunState.RUNNING))]
+        yield from self._faults()
+        try:
+            with self.sessions() as s:
+                runs = {state: n for state, n in s.execute(select(Run.state, func.count()).group_by(Run.state))}
+                steps = {state: n for state, n in s.execute(select(Step.state, func.count()).group_by(Step.state))}
+                hosts = [(name, seen) for name, seen in
+                         s.execute(select(Host.name, Host.last_seen).order_by(Host.name))]
+                held = [(host, device, devices) for host, device, devices in
+                        s.execute(select(Run.host, Run.device, Run.devices).where(Run.state == RunState.RUNNING))]
+        except SQLAlchemyError as e:        # the store is down: the fault series above still tell why
+            log.debug("store unreadable for /metrics: %s", e)
+            return
         fam_runs = gauge(T.CTRL_RUNS)
         for run_state in RunState:
             fam_runs.add_metric([run_state.value], runs.get(run_state.value, 0))
@@ -77,6 +88,17 @@ class ControllerCollector(Collector):
                                          for d in (devices or [device])}))
         yield from (fam_runs, fam_steps, queue, completed, failed, up, age, reservations)
 
+    def _faults(self) -> Iterator[Family]:
+        """lab_controller_degraded{kind} and lab_controller_transient_faults_total{kind}: served also
+        while the store is unreadable (then the store's series are absent)."""
+        degraded, total = gauge(T.CTRL_DEGRADED), counter(T.CTRL_TRANSIENT_FAULTS)
+        current = self.faults.kind if self.faults is not None else None
+        totals = dict(self.faults.totals) if self.faults is not None else {}
+        for kind in FAULT_KINDS:
+            degraded.add_metric([kind], 1 if current == kind else 0)
+            total.add_metric([kind], totals.get(kind, 0))
+        yield from (degraded, total)
+
     def health(self) -> tuple[bool, dict[str, Any]]:
         """``/health``: healthy when the store answers and the controller loop is passing."""
         now = self.clock()
@@ -94,5 +116,7 @@ class ControllerCollector(Collector):
             data["loop_age_s"] = round(loop_age, 3)
             if loop_age > LOOP_STALE_S:
                 healthy = False
+        if self.faults is not None and self.faults.degraded:
+            data["degraded"] = f"{self.faults.kind}: {self.faults.reason}"
         data["healthy"] = healthy
         return healthy, data

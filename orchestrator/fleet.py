@@ -240,7 +240,15 @@ def _run_one(host: FleetHost, command: str, timeout: float, connect_timeout: flo
         seconds = time.monotonic() - started
         error = _timeout_error(host, timeout) if _timed_out(e, seconds, timeout) else describe_error(host, e)
         return HostResult(host.name, None, "", "", seconds, error)
-    return HostResult(host.name, res.exited, res.stdout, res.stderr, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    if res.exited is None or res.exited < 0:
+        # No exit status: the channel was closed under the command. invoke closes it at the timeout but
+        # returns this result instead of raising CommandTimedOut when its timer thread has not yet finished
+        # (a loaded machine): a timeout all the same, reported like one.
+        error = _timeout_error(host, timeout) if seconds >= timeout else \
+            f"{host.name} ({host.target}): the command ended without an exit status (killed by a signal?)"
+        return HostResult(host.name, None, res.stdout, res.stderr, seconds, error)
+    return HostResult(host.name, res.exited, res.stdout, res.stderr, seconds)
 
 
 def _timed_out(exc: BaseException, seconds: float, timeout: float) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -19,11 +18,25 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
+from labcontract.brokerauth import (
+    ADMIN,
+    CONTROLLER,
+    LABCTL,
+    SecretDir,
+    acl_rules,
+    agent_user,
+    lab_users,
+    password_hash,
+    redact_url,
+    with_credentials,
+    write_secret,
+)
 from labcontract.errors import ServiceError
-from labcontract.transport import redis_py_url
+from labcontract.transport import redis_client
 
 
 def free_port() -> int:
@@ -46,9 +59,21 @@ def wait_for(cond: Callable[[], object], timeout: float, what: str, interval: fl
 
 def redis_ping(url: str) -> bool:
     try:
-        return bool(redis.Redis.from_url(redis_py_url(url), socket_timeout=1, socket_connect_timeout=1).ping())
+        return bool(redis_client(url, socket_timeout=1, socket_connect_timeout=1).ping())
     except (redis.ConnectionError, redis.TimeoutError, OSError):
         return False
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A TLS redis-server's files: the CA clients verify it with, its certificate and key; with
+    ``client_cert``/``client_key``, clients must present a certificate (mutual TLS)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert: Path | None = None
+    client_key: Path | None = None
 
 
 @dataclass
@@ -82,8 +107,14 @@ class Lab:
     python: str = sys.executable
     procs: list[Proc] = field(default_factory=list)
     duts: list[Dut] = field(default_factory=list)
-    broker_url: str | None = None
+    broker_url: str | None = None          # the controller's URL (the tests act with its rights)
+    admin_url: str | None = None           # ACL user ``admin`` (the lab's own: ACL SETUSER of new hosts)
+    labctl_url: str | None = None          # ACL user ``labctl``
     _redis_argv: list[str] = field(default_factory=list)
+    _base_url: str | None = None           # the broker's URL without a user
+    _secrets: SecretDir | None = None
+    _acl_file: Path | None = None
+    _acl_hosts: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -102,47 +133,87 @@ class Lab:
     # --- redis ------------------------------------------------------------------------
 
     def start_redis(self, port: int | None = None, *, bind: tuple[str, ...] = ("127.0.0.1",),
-                    unix_socket: bool = False) -> str:
-        """redis-server with AOF on ``port``; with ``unix_socket`` also on a socket file in the lab
-        directory, and the URL returned is ``redis+socket://PATH`` (reachable from every network
-        namespace of this machine: the namespace hosts of the network lab)."""
+                    unix_socket: bool = False, tls: TlsFiles | None = None) -> str:
+        """redis-server with AOF on ``port`` and ACL users (``default`` off; ``admin``, ``controller``,
+        ``labctl``, and ``agent-<host>`` added by :meth:`start_agent`), passwords generated into 0600
+        files under ``secrets/``; returns the controller's URL (which names its password file). With
+        ``unix_socket`` also on a socket file in the lab directory, and the URLs are
+        ``redis+socket://USER@/PATH`` (reachable from every network namespace of this machine: the
+        namespace hosts of the network lab). With ``tls``, TLS only (``--port 0``): ``rediss://``."""
         exe = shutil.which("redis-server")
         if exe is None:
             raise ServiceError("redis-server is not installed (apt-get install redis-server)")
         port = port or free_port()
         data = self.root / "redis"
         data.mkdir(exist_ok=True)
-        argv = [exe, "--port", str(port), "--bind", " ".join(bind), "--save", "", "--appendonly", "yes",
-                "--appendfsync", "everysec", "--dir", str(data), "--protected-mode", "yes"]
-        auth = ""
-        if any(not a.startswith("127.") and a != "::1" for a in bind):
-            password = secrets.token_hex(16)     # reachable beyond loopback: require a password
-            argv += ["--requirepass", password]
-            auth = f":{password}@"
-        url = f"redis://{auth}127.0.0.1:{port}/0"
+        self._secrets = SecretDir(self.root / "secrets")
+        self._acl_file = data / "users.acl"
+        self._write_acl()
+        argv = [exe, "--bind", " ".join(bind), "--save", "", "--appendonly", "yes",
+                "--appendfsync", "everysec", "--dir", str(data), "--protected-mode", "yes",
+                "--aclfile", str(self._acl_file)]
+        scheme = "redis"
+        if tls is not None:
+            scheme = "rediss"
+            argv += ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(tls.cert),
+                     "--tls-key-file", str(tls.key), "--tls-ca-cert-file", str(tls.ca),
+                     "--tls-auth-clients", "yes" if tls.client_cert else "no"]
+        else:
+            argv += ["--port", str(port)]
+        url = f"{scheme}://127.0.0.1:{port}/0"
         if unix_socket:
             sock = data / "redis.sock"
             if len(str(sock)) > 100:
                 raise ServiceError(f"redis socket path too long for a unix socket: {sock}")
             argv += ["--unixsocket", str(sock), "--unixsocketperm", "700"]
             url = f"redis+socket://{sock}"
+        if tls is not None:
+            url = with_credentials(url, ca=tls.ca, cert=tls.client_cert, key=tls.client_key)
+        self._base_url = url
+        self.admin_url = self.user_url(ADMIN)
+        self.labctl_url = self.user_url(LABCTL)
         self._redis_argv = argv
-        self._spawn_redis(url)
-        self.broker_url = url
-        return url
+        self._spawn_redis(self.admin_url)
+        self.broker_url = self.user_url(CONTROLLER)
+        return self.broker_url
+
+    def user_url(self, user: str, base: str | None = None) -> str:
+        """The URL of ACL user ``user`` (its password file named in it) on this lab's broker, or on
+        ``base`` (the same broker reached another way, e.g. from a network namespace)."""
+        assert self._secrets and self._base_url, "start_redis() first"
+        self._secrets.password(user)
+        return with_credentials(base or self._base_url, user=user, password_file=self._secrets.file(user))
+
+    def agent_url(self, host: str, base: str | None = None) -> str:
+        """The URL of ``host``'s agent user, created if the lab has none for it yet: ACL SETUSER on the
+        running server (ACL LOAD would disconnect every client) and the ACL file rewritten for restarts."""
+        if host not in self._acl_hosts:
+            assert self._secrets and self.admin_url
+            user = agent_user(host)
+            rules = acl_rules(user).split()
+            self._acl_hosts.add(host)
+            self._write_acl()
+            admin: Any = redis_client(self.admin_url)
+            admin.execute_command("ACL", "SETUSER", user, "reset", "on",
+                                  f"#{password_hash(self._secrets.password(user))}", *rules)
+        return self.user_url(agent_user(host), base)
+
+    def _write_acl(self) -> None:
+        assert self._secrets and self._acl_file
+        write_secret(self._acl_file, self._secrets.render(lab_users(self._acl_hosts, admin=True)))
 
     def _spawn_redis(self, url: str) -> Proc:
         proc = self._spawn("redis", self._redis_argv)
-        wait_for(lambda: redis_ping(url) or _died(proc), 20, f"redis-server ({url.rsplit('@', 1)[-1]})")
+        wait_for(lambda: redis_ping(url) or _died(proc), 20, f"redis-server ({redact_url(url)})")
         return proc
 
     def restart_redis(self, sig: int = signal.SIGKILL) -> None:
         """Stop redis-server (SIGKILL: a crash) and start it again on the same port and data directory;
         what it had appended to its AOF comes back."""
-        assert self.broker_url
+        assert self.admin_url
         proc = next(p for p in self.procs if p.name == "redis")
         self.stop_proc(proc, sig)
-        self._spawn_redis(self.broker_url)
+        self._spawn_redis(self.admin_url)
 
     # --- daemons ----------------------------------------------------------------------
 
@@ -163,6 +234,8 @@ class Lab:
         """An agent process; with ``netns``, inside that network namespace (a separate host). Its
         exporter listens on 127.0.0.1:``metrics_port`` (0: an ephemeral port, announced in its host
         facts' ``metrics_address``; None: no exporter)."""
+        if self._secrets is not None:        # its own ACL user, on whatever address ``broker`` names
+            broker = self.agent_url(host, broker)
         broker = broker or self.broker_url
         assert broker
         prefix = ["ip", "netns", "exec", netns] if netns else []

@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from orchestrator.opmode import applied_ops
 log = logging.getLogger(__name__)
 LOCAL_KINDS = frozenset({"provision", "dut_state", "facts"})
 _DUT_TASKS = ("Purge DUTs", "Set the OP mode")
+_CANCEL_CHECK_S = 0.5       # how often a running playbook checks whether it is cancelled
 
 
 @dataclass
@@ -73,6 +75,18 @@ class Provisioner:
         self.work_dir = work_dir
         self.path = os.pathsep.join([str(Path(sys.executable).parent), search_path])
         self._jobs: dict[str, _Job] = {}
+        self._closing = threading.Event()
+
+    def close(self, timeout_s: float = 3.0) -> None:
+        """At the controller's stop: playbooks still running are cancelled (ansible-runner kills their
+        process group within ``_CANCEL_CHECK_S``), so the process exits within seconds of SIGTERM."""
+        self._closing.set()
+        deadline = time.monotonic() + timeout_s
+        for attempt_id, job in list(self._jobs.items()):
+            if job.thread.is_alive():
+                log.warning("playbook of attempt %s cancelled: the controller stops", attempt_id,
+                            extra={"run": job.run_id, "step": job.step, "host": job.host})
+                job.thread.join(max(deadline - time.monotonic(), 0.1))
 
     def problems(self, host: str, devices: Sequence[str]) -> list[str]:
         """Why (host, devices) cannot be provisioned from this inventory (empty: they can)."""
@@ -94,7 +108,9 @@ class Provisioner:
         workdir = self.work_dir / step.attempt_id
         shutil.rmtree(workdir, ignore_errors=True)
         (workdir / "out").mkdir(parents=True)
-        (workdir / "runner").mkdir()
+        (workdir / "runner" / "env").mkdir(parents=True)
+        # how often the runner checks the cancel callback while the playbook is quiet (default 5 s)
+        (workdir / "runner" / "env" / "settings").write_text(f"pexpect_timeout: {_CANCEL_CHECK_S}\n")
         if step.kind == "provision":
             playbook = "agent.yml"
             extravars: dict[str, Any] = {"agent_hosts": step.host}
@@ -124,7 +140,10 @@ class Provisioner:
             inventory=str(self.inventory_dir), limit=step.host, extravars=extravars,
             envvars={"ANSIBLE_CONFIG": str(self.playbooks / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
                      "PATH": self.path},
-            event_handler=on_event, quiet=True)
+            event_handler=on_event, quiet=True,
+            # a cancel callback of our own: without one, ansible-runner installs SIGTERM/SIGINT handlers on
+            # the main thread, and the controller no longer stops on SIGTERM (systemctl stop hangs)
+            cancel_callback=self._closing.is_set)
         job.thread, job.runner = thread, runner
         self._jobs[step.attempt_id] = job
         log.info("playbook %s started", playbook, extra=ctx)

@@ -7,7 +7,8 @@ Rules, in order:
 2. Waiting runs are considered by priority (high first), then submission time. One that may not start
    yet (``not_before``), whose host is down, or whose devices are held, waits, and reserves its devices
    against lower-priority runs, so it cannot starve.
-   A run whose host or a DUT is quarantined waits (it reserves nothing) until ``labctl hosts release``.
+   A run whose host or a DUT is quarantined waits (it reserves nothing) until ``labctl hosts release``;
+   one on a host whose agent speaks another protocol version waits (with the reason) until it is upgraded.
 3. Backfill: a lower-priority run may still use devices reserved by a waiting run when it is expected
    to finish before that run could start (the holders' expected remaining time), so it delays nobody.
 4. A run starts only when every device it names is free: all at once, never piecemeal. A network run
@@ -78,6 +79,13 @@ def hosts_down(run: Run, hosts: dict[str, Host], host_up: Callable[[Host | None]
         if down else None
 
 
+def incompatible(run: Run, hosts: dict[str, Host]) -> str | None:
+    """A host the run uses whose agent speaks another protocol version: nothing is dispatched to it."""
+    why = [f"host {h} is incompatible: {host.incompatible}" for h in hosts_of(run)
+           if (host := hosts.get(h)) is not None and host.incompatible]
+    return "; ".join(why) or None
+
+
 def run_unavailable(run: Run, hosts: dict[str, Host]) -> str | None:
     """A quarantined host or DUT among what the run uses."""
     if run.topology:
@@ -138,7 +146,7 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
         if run.state == RunState.PAUSED:
             d.waits[run.id] = "paused (holds its devices)"
         elif not busy(run):
-            if (down := hosts_down(run, hosts, host_up)) is not None:
+            if (down := incompatible(run, hosts) or hosts_down(run, hosts, host_up)) is not None:
                 d.waits[run.id] = down
             else:
                 nxt = upcoming(run)
@@ -151,7 +159,7 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
             d.waits[run.id] = "not before " + time.strftime("%Y-%m-%d %H:%M", time.localtime(run.not_before))
             continue
         blockers = sorted({held[k].id for k in keys if k in held})
-        if (down := hosts_down(run, hosts, host_up)) is not None:
+        if (down := incompatible(run, hosts) or hosts_down(run, hosts, host_up)) is not None:
             d.waits[run.id] = down
             continue
         quarantined = run_unavailable(run, hosts)

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from labcontract.protocol import COMMANDS_STREAM, EVENTS_STREAM
+from labcontract.protocol import COMMANDS_STREAM, EVENTS_STREAM_PREFIX
 from labcontract.suite import parse_suite
 from labcontract.transport import redis_client
 from orchestrator.client import ControllerClient
-from orchestrator.lab import Dut, Lab, Proc, wait_for
+from orchestrator.lab import Dut, Lab, Proc, TlsFiles, wait_for
 from orchestrator.queries import RunDetail, run_detail
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.store.db import make_engine, sessions
@@ -124,16 +124,17 @@ class LabHandle:
 
     def labctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "orchestrator.cli", "--lab-dir", str(self.lab.root), "--broker",
-                self.broker, "--store", self.store_url, *args]
+                self.lab.labctl_url or self.broker, "--store", self.store_url, *args]   # as ACL user labctl
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=check)
 
 
 def start_lab(root: Path, *, store_url: str | None = None, n_duts: int = 1, size_mib: int = 128,
               host: str = "testhost", agent_extra: tuple[str, ...] = (),
-              controller_extra: tuple[str, ...] = ()) -> LabHandle:
-    """``agent_extra`` / ``controller_extra``: more command-line options for the daemons."""
+              controller_extra: tuple[str, ...] = (), tls: TlsFiles | None = None) -> LabHandle:
+    """``agent_extra`` / ``controller_extra``: more command-line options for the daemons; ``tls``: the
+    broker speaks TLS only (rediss://). The daemons and labctl connect as their own ACL users."""
     lab = Lab(root)
-    lab.start_redis()
+    lab.start_redis(tls=tls)
     duts = {f"dut{i}": lab.make_dut(f"dut{i}", size_mib) for i in range(n_duts)}
     url = store_url or f"sqlite:///{root / 'store.sqlite'}"
     controller = lab.start_controller(url, extra=controller_extra)
@@ -187,8 +188,10 @@ def fio_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 
 def events_tail(url: str, n: int = 50) -> list[dict[str, str]]:
-    r = redis_client(url)
-    return [fields for _id, fields in r.xrevrange(EVENTS_STREAM, count=n)]
+    """The last ``n`` entries of every agent's events stream (lab:events:<host>)."""
+    r: Any = redis_client(url)
+    return [fields for key in r.scan_iter(match=EVENTS_STREAM_PREFIX + "*", _type="stream")
+            for _id, fields in r.xrevrange(key, count=n)]
 
 
 def unique() -> str:

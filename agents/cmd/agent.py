@@ -13,6 +13,7 @@ from agents.daemon import Agent, AgentConfig, EventPublisher, LivePublisher, run
 from agents.exporter import AgentCollector, parse_net_decl
 from agents.facts import collect_host_facts, declare_dut
 from agents.runner import FioRunner
+from labcontract.brokerauth import check_agent_user
 from labcontract.errors import ConfigError
 from labcontract.logs import setup_logging
 from labcontract.metrics_http import MetricsServer, split_host_port
@@ -33,7 +34,7 @@ class AgentOptions:
     log_level: str = "INFO"
     logfile: str | None = None
     metrics_port: int | None = DEFAULT_AGENT_METRICS_PORT   # None: no exporter; 0: an ephemeral port
-    metrics_bind: str = "0.0.0.0"
+    metrics_bind: str | None = None         # None: the host of metrics_advertise, else 127.0.0.1 (metrics_bind_address)
     metrics_advertise: str | None = None    # HOST or HOST:PORT announced in the host facts
     net_paths: tuple[str, ...] = ()         # NAME=IFACE, declared network paths
     wipe_ok: tuple[str, ...] = ()           # DUT names whose on-disk signatures may be destroyed
@@ -53,6 +54,17 @@ def advertised_address(advertise: str | None, bind: str, port: int) -> str:
     return f"{socket.gethostname()}:{port}"
 
 
+def metrics_bind_address(bind: str | None, advertise: str | None) -> str:
+    """Where the exporter listens: ``--metrics-bind`` when given, else the host it is advertised at, else
+    127.0.0.1 (never every address unless asked: ``--metrics-bind 0.0.0.0``)."""
+    if bind:
+        return bind
+    if advertise:
+        host, _port = split_host_port(advertise)
+        return host.strip("[]") or "127.0.0.1"
+    return "127.0.0.1"
+
+
 def read_mtu_or_none(iface: str) -> int | None:
     try:
         return int(Path(f"/sys/class/net/{iface}/mtu").read_text())
@@ -63,6 +75,7 @@ def read_mtu_or_none(iface: str) -> int | None:
 def main(opts: AgentOptions) -> None:
     host = opts.host or socket.gethostname().split(".")[0]
     setup_logging(opts.log_level, host=host, logfile=opts.logfile)
+    check_agent_user(opts.broker_url, host)          # its broker user is agent-<host> (or a shared one)
     decls = tuple(parse_net_decl(spec) for spec in opts.net_paths)
     twice = sorted({d.name for d in decls if sum(e.name == d.name for e in decls) > 1})
     if twice:
@@ -79,7 +92,7 @@ def main(opts: AgentOptions) -> None:
                          heartbeat_s=opts.heartbeat_s, fio_binary=opts.fio_binary, net_paths=decls,
                          manage_mtu=opts.manage_mtu)
     client = redis_client(opts.broker_url)
-    publisher = EventPublisher(client)
+    publisher = EventPublisher(client, host)
     runner = FioRunner(opts.state_dir, opts.fio_binary)
     agent = Agent(config=config, facts=facts, runner=runner, publish=publisher.send,
                   publish_live=LivePublisher(client, host).send)
@@ -89,9 +102,9 @@ def main(opts: AgentOptions) -> None:
         collector = AgentCollector(agent, net_paths)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
-        server = MetricsServer(registry, collector.health, bind=opts.metrics_bind, port=opts.metrics_port,
-                               name="agent-metrics")
-        address = advertised_address(opts.metrics_advertise, opts.metrics_bind, server.port)
+        bind = metrics_bind_address(opts.metrics_bind, opts.metrics_advertise)
+        server = MetricsServer(registry, collector.health, bind=bind, port=opts.metrics_port, name="agent-metrics")
+        address = advertised_address(opts.metrics_advertise, bind, server.port)
         agent.facts = facts.model_copy(update={"metrics_address": address})
         server.start()
         log.info("metrics on %s (advertised as %s)", server.address, address)

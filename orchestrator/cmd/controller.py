@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import signal
+import threading
 from pathlib import Path
 from types import FrameType
 
+from labcontract.brokerauth import redact_url
 from labcontract.inventory import load_inventory
 from labcontract.logs import setup_logging
 from labcontract.telemetry import DEFAULT_CONTROLLER_METRICS_PORT
@@ -17,28 +20,56 @@ from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning, LabConfig
 from orchestrator.controller import Controller
 from orchestrator.dispatch import Dispatcher
+from orchestrator.lease import LeaseHeld, LeaseLost, migration_lock, take_lease
 from orchestrator.notify import Notifier
 from orchestrator.provisioning import Provisioner
 from orchestrator.store.db import make_engine, migrate, sessions
+from orchestrator.transient import FaultLog
 
 log = logging.getLogger(__name__)
 DEFAULT_PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 
 def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO",
-         metrics_port: int | None = DEFAULT_CONTROLLER_METRICS_PORT, metrics_bind: str = "0.0.0.0",
+         metrics_port: int | None = DEFAULT_CONTROLLER_METRICS_PORT, metrics_bind: str = "127.0.0.1",
          notify_webhooks: tuple[str, ...] = (), notify_files: tuple[Path, ...] = (),
-         inventory: Path | None = None, playbooks: Path = DEFAULT_PLAYBOOKS) -> None:
-    """``metrics_port``: the exporter's port (0: an ephemeral one, logged); None: no exporter."""
+         inventory: Path | None = None, playbooks: Path = DEFAULT_PLAYBOOKS, standby: bool = True) -> None:
+    """``metrics_port``: the exporter's port (0: an ephemeral one, logged); None: no exporter.
+    ``standby``: when another controller holds the lease, wait and take over when it stops (else exit 2)."""
     setup_logging(log_level, host="controller")
+    stopping = threading.Event()
+    running: list[Controller] = []
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping after this pass", signum)
+        stopping.set()
+        for ctl in running:
+            ctl.stop()
+
+    signal.signal(signal.SIGTERM, _stop)      # ansible-runner never replaces these (orchestrator.provisioning)
+    signal.signal(signal.SIGINT, _stop)
     provisioner = None
     if inventory is not None:          # read once; every problem of it reported now, before anything runs
         provisioner = Provisioner(load_inventory(inventory), inventory, playbooks, config.lab_dir / "provisioning",
                                   search_path=os.environ.get("PATH", os.defpath))
     engine = make_engine(config.db_url)
-    migrate(engine)
+    try:                    # exactly one controller: the lease holder (orchestrator.lease)
+        lease = take_lease(engine, standby=standby, stopping=stopping)
+    except LeaseHeld as e:
+        log.error("%s", e)
+        engine.dispose()
+        raise SystemExit(2) from None
+    if lease is None:
+        engine.dispose()
+        log.info("controller stopped while standing by")
+        return
+    with migration_lock(engine):
+        migrate(engine)
+    fenced = sessions(engine)           # every write transaction proves the lease is still ours
+    lease.fence(fenced)
+    faults = FaultLog()
     dispatcher = Dispatcher(config.broker_url, expires_s=tuning.dispatch_expires_s)
-    controller = Controller(sessions(engine), redis_client(config.broker_url), dispatcher,
+    controller = Controller(fenced, redis_client(config.broker_url), dispatcher,
                             ArtifactStore(config.artifact_dir), tuning,
                             notifier=Notifier(list(notify_webhooks), list(notify_files)), provisioner=provisioner)
     server = None
@@ -48,30 +79,40 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
         from labcontract.metrics_http import MetricsServer
         from orchestrator.exporter import ControllerCollector
 
-        collector = ControllerCollector(sessions(engine), tuning, last_pass=lambda: controller.last_pass_at)
+        collector = ControllerCollector(sessions(engine), tuning, last_pass=lambda: controller.last_pass_at,
+                                        faults=faults)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
         server = MetricsServer(registry, collector.health, bind=metrics_bind, port=metrics_port,
                                name="controller-metrics").start()
         log.info("metrics on %s", server.address)
 
-    def _stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %d: stopping after this pass", signum)
+    running.append(controller)
+    if stopping.is_set():
         controller.stop()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    log.info("controller up: store %s, broker %s", engine.url.render_as_string(hide_password=True),
-             config.broker_url)
+    log.info("controller up: store %s, broker %s", redact_url(engine.url.render_as_string(hide_password=True)),
+             redact_url(config.broker_url))     # never a password (tests/redteam/test_redteam_broker.py)
     # The start-up heap (~130k objects: SQLAlchemy, Celery, pydantic) never dies; frozen, it is left out of
     # every full collection, which otherwise stops the loop ~75 ms about once a second (docs/performance.md)
     gc.collect()
     gc.freeze()
+    lost: LeaseLost | None = None
     try:
-        controller.run_forever()
+        controller.run_forever(renew=lease.renew_if_due, faults=faults)
+    except LeaseLost as e:
+        lost = e
+        log.error("stopping: %s; this controller wrote nothing since and exits (a supervisor restarting it "
+                  "makes it stand by)", e)
     finally:
+        if provisioner is not None:
+            provisioner.close()         # a playbook still running is stopped (its step is retried)
         if server is not None:
             server.close()
         dispatcher.close()
+        if lost is None:
+            with contextlib.suppress(Exception):
+                lease.release()         # a stand-by takes over at its next poll
         engine.dispose()
         log.info("controller stopped")
+    if lost is not None:
+        raise SystemExit(3)

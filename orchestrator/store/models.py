@@ -49,6 +49,10 @@ class Host(Base):
     health: Mapped[dict[str, Any]] = mapped_column(default=dict)
     quarantined_at: Mapped[float | None] = mapped_column(Float)     # out of scheduling until released
     quarantine_reason: Mapped[str] = mapped_column(Text, default="")
+    # agent wall clock minus controller wall clock at the last registration (seconds); shown, never fatal
+    clock_skew_s: Mapped[float | None] = mapped_column(Float)
+    # why the agent cannot be used (e.g. it speaks another protocol version); "" when compatible
+    incompatible: Mapped[str] = mapped_column(Text, default="")
     devices: Mapped[list[Device]] = relationship(back_populates="host_row", cascade="all, delete-orphan",
                                                  order_by="Device.name")
 
@@ -259,3 +263,17 @@ class Schedule(Base):
     last_run_id: Mapped[str | None] = mapped_column(String(32))
     last_error: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class ControllerLease(Base):
+    """Exactly one controller writes the store: the holder of this row's lease. ``token`` grows by one at
+    every take-over (the fencing token); a controller whose token is no longer the row's writes nothing."""
+
+    __tablename__ = "controller_lease"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    token: Mapped[int] = mapped_column(BigInteger)
+    acquired_at: Mapped[float] = mapped_column(Float)
+    renewed_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)

@@ -19,8 +19,9 @@ description:
   - Reads the capacity back after every change and fails when it is not what was asked for.
   - Before anything is written, the storagelab safety interlock runs on the host. It refuses a device
     that is not a declared DUT of the host, that the DUT's C(allow) list does not cover, that is mounted,
-    used as swap, held by device-mapper/MD/loop, backs the root filesystem, or carries a filesystem,
-    partition-table, LVM or MD signature. C(wipe_ok=true) on the DUT lifts only the signature reason.
+    used as swap, held by device-mapper/MD/loop, backs the root filesystem, carries a filesystem,
+    partition-table, LVM or MD signature, or whose signature probe (wipefs, blkid) fails or cannot run.
+    C(wipe_ok=true) on the DUT lifts only the signature reason.
   - In check mode only read-only commands run; the result lists the commands that would run.
   - A purge changes the device every time it runs. Give it O(once_token) (for example the run id) to purge
     once per token; a second run with the same token reports no change.
@@ -41,7 +42,7 @@ options:
     default: facts
   declared:
     description: The host's declared DUTs (the inventory's C(duts) list); entries need C(path), may have
-      C(name), C(wipe_ok) and C(allow).
+      C(name), C(wipe_ok) and C(allow) (the operations it allows, C(purge) and C(op_mode); without it, none).
     type: list
     elements: dict
     default: []

@@ -8,7 +8,12 @@
 - lab_agent: the agent is pip-installed offline into a venv under the prefix (a wheel of this
   checkout, ``--no-index --no-deps``; its dependencies are the project venv's, on PYTHONPATH) and
   started by the pidfile script (this machine has no systemd). It is proven running by registering
-  at a real redis-server, through a real controller, with its DUT and metrics address.
+  at a real redis-server, through a real controller, with its DUT and metrics address. It runs as a
+  dedicated system user the role creates (a throw-away name, removed at the end), which reads and
+  writes the declared loop DUT through its ACL and has no access to an undeclared loop device. The
+  prefix is a world-traversable directory of /tmp (pytest's own is not); the user has a fixed free uid
+  (``lab_agent_uid``) so that, before the run, it can be let through (ACL ``--x``, removed at the end) the
+  directories above this interpreter that others cannot traverse (pyenv under /root).
 
 A second run changes nothing. The agent is stopped by the script and, whatever happens, killed by its
 pid; the loop device is detached by its name.
@@ -17,10 +22,14 @@ pid; the loop device is detached by its name.
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
+import pwd
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,7 +68,8 @@ def apt_bindings() -> bool:
     return subprocess.run(["/usr/bin/python3", "-c", "import apt"], capture_output=True).returncode == 0
 
 
-def host_vars(tmp_path: Path, prefix: Path, broker: str, metrics_port: int) -> dict[str, Any]:
+def host_vars(tmp_path: Path, prefix: Path, broker: str, metrics_port: int, user: str,
+              uid: int) -> dict[str, Any]:
     """Everything agent.yml writes goes under ``prefix``; nothing is installed from the network."""
     return {
         "lab_packages_install": apt_bindings(), "lab_packages_list": installed_debs(LAB_PACKAGES),
@@ -70,13 +80,121 @@ def host_vars(tmp_path: Path, prefix: Path, broker: str, metrics_port: int) -> d
         "io_tuning_sysctl_apply": False,
         "lab_agent_src": str(project_wheel(tmp_path / "wheels")), "lab_agent_venv": str(prefix / "venv"),
         "lab_agent_venv_command": f"{sys.executable} -m venv", "lab_agent_pip_extra_args": "--no-index --no-deps",
-        "lab_agent_environment": {"PYTHONPATH": str(dependency_dir(tmp_path / "deps"))},
+        "lab_agent_environment": {"PYTHONPATH": str(dependency_dir(prefix / "deps"))},
+        "lab_agent_user": user, "lab_agent_uid": uid, "lab_agent_udev_rules_file": str(prefix / "60-storagelab.rules"),
+        "lab_agent_udev_reload": False,
         "lab_agent_service_mode": "script", "lab_agent_script": str(prefix / "storagelab-agent-ctl"),
         "lab_agent_state_dir": str(prefix / "state"), "lab_agent_log_dir": str(prefix / "log"),
         "lab_agent_run_dir": str(prefix / "run"), "lab_agent_unit_dir": str(prefix / "units"),
-        "lab_agent_broker_url": broker, "lab_agent_metrics_port": metrics_port, "lab_agent_metrics_bind": "127.0.0.1",
+        "lab_agent_broker_url": broker, "lab_agent_metrics_port": metrics_port,   # bound to metrics_address
         "metrics_address": f"127.0.0.1:{metrics_port}", "lab_agent_stop_timeout": 15,
     }
+
+
+def free_id() -> int:
+    """A uid that is also a free gid (the role's group gets the same number)."""
+    used_u, used_g = {p.pw_uid for p in pwd.getpwall()}, {g.gr_gid for g in grp.getgrall()}
+    return next(i for i in range(61000 + os.getpid() % 500, 62000) if i not in used_u and i not in used_g)
+
+
+@contextlib.contextmanager
+def interpreter_reachable(uid: int) -> Iterator[None]:
+    """uid may traverse the directories above this interpreter that others cannot (an ACL entry, removed
+    at the end, with the whole ACL when the directory had none)."""
+    real = Path(os.path.realpath(sys.executable))
+    closed = [d for d in real.parents if not d.stat().st_mode & 0o001]
+    had_acl = {d: subprocess.run(["getfacl", "-c", "-s", str(d)], capture_output=True, text=True).stdout != ""
+               for d in closed}
+    try:
+        for d in closed:
+            subprocess.run(["setfacl", "-m", f"u:{uid}:x", str(d)], check=True, capture_output=True)
+        yield
+    finally:
+        for d in closed:
+            subprocess.run(["setfacl", "-x", f"u:{uid}", str(d)], capture_output=True, check=False)
+            if not had_acl[d]:
+                subprocess.run(["setfacl", "-b", str(d)], capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def throwaway_user_and_prefix() -> Iterator[tuple[str, Path]]:
+    """A user name that does not exist yet (the role creates it) and a prefix the user can traverse; the
+    user, its group and the prefix are removed at the end."""
+    user = f"slt{os.getpid()}"
+    with contextlib.suppress(KeyError):
+        pwd.getpwnam(user)
+        pytest.skip(f"user {user} exists already")
+    prefix = Path(tempfile.mkdtemp(prefix="storagelab-agent-pb-", dir="/tmp"))
+    prefix.chmod(0o755)
+    try:
+        yield user, prefix
+    finally:
+        subprocess.run(["userdel", user], capture_output=True, check=False)
+        with contextlib.suppress(KeyError):
+            grp.getgrnam(user)
+            subprocess.run(["groupdel", user], capture_output=True, check=False)
+        shutil.rmtree(prefix, ignore_errors=True)
+
+
+def proc_uid(pid: int) -> int:
+    """The real uid of ``pid`` (/proc/<pid>/status ``Uid:`` real, effective, saved, fs)."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("Uid:"))
+    uids = {int(u) for u in line.split()[1:]}
+    assert len(uids) == 1, line
+    return uids.pop()
+
+
+def user_can(user: str, test: str, dev: str) -> bool:
+    """``test -r``/``-w`` on ``dev`` as ``user`` (access(2): ACLs count)."""
+    return subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", "sh", "-c",
+                           f'test {test} "$1"', "sh", dev], capture_output=True).returncode == 0
+
+
+def acl_users(dev: str) -> list[str]:
+    out = subprocess.run(["getfacl", "-c", "-n", dev], capture_output=True, text=True, check=True).stdout
+    return [x.split(":")[1] for x in out.splitlines() if x.startswith("user:") and x.split(":")[1]]
+
+
+READ_SUITE = "suite: unprivileged\nprofiles:\n  - {name: r, rw: randread, bs: 4k, iodepth: 4, runtime: 3s}\n"
+
+
+def submit_read(lab: Lab, device: str) -> str:
+    from labcontract.suite import parse_suite
+    from labcontract.transport import redis_client
+    from orchestrator.client import ControllerClient
+
+    assert lab.broker_url
+    run_id, reply = ControllerClient(redis_client(lab.broker_url), timeout_s=30).submit(
+        parse_suite(READ_SUITE, "unprivileged.yaml"), "localhost", [device])
+    assert reply is not None and reply.ok, reply
+    return run_id
+
+
+def fio_under(pid: int) -> int | None:
+    """A running fio that descends from ``pid`` (the agent starts it through a shell wrapper)."""
+    parents: dict[int, int] = {}
+    fios = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError, ValueError):
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            parents[int(status.parent.name)] = int(fields["PPid"])
+            if fields.get("Name", "").strip() == "fio":
+                fios.append(int(status.parent.name))
+    for fio in fios:
+        p = fio
+        while p in parents and p > 1:
+            p = parents[p]
+            if p == pid:
+                return fio
+    return None
+
+
+def run_state(db: sessionmaker[Session], run_id: str) -> str:
+    from orchestrator.store.models import Run
+
+    with db() as s:
+        run = s.get(Run, run_id)
+        return str(run.state) if run is not None else ""
 
 
 def task(run: PlaybookRun, name: str) -> dict[str, Any]:
@@ -122,19 +240,30 @@ def kill_agent(pid: int) -> None:
 def test_agent_playbook_runs_for_real_and_a_second_run_changes_nothing(tmp_path: Path) -> None:
     if not can_use_loop_devices():
         pytest.skip("needs root and loop devices (the I/O scheduler is set on a loop device the test creates)")
+    if shutil.which("setfacl") is None or shutil.which("useradd") is None or shutil.which("setpriv") is None:
+        pytest.skip("needs setfacl, useradd and setpriv")
     t0 = time.monotonic()
-    prefix, lab = tmp_path / "prefix", Lab(tmp_path / "lab")
-    prefix.mkdir()                            # stands for the host's /: /etc/udev/rules.d, /etc/sysctl.d exist
+    lab = Lab(tmp_path / "lab")
     pids: list[int] = []
+    uid = free_id()
+    with throwaway_user_and_prefix() as (user, prefix), interpreter_reachable(uid):   # prefix stands for /
+        run_the_playbook_twice(tmp_path, prefix, (user, uid), lab, pids, t0)
+
+
+def run_the_playbook_twice(tmp_path: Path, prefix: Path, account: tuple[str, int], lab: Lab, pids: list[int],
+                           t0: float) -> None:
+    user, uid = account
     try:
-        broker = lab.start_redis()
+        lab.start_redis()
+        broker = agent_credentials(lab.agent_url("localhost"), prefix / "secrets", uid)
         store = f"sqlite:///{tmp_path / 'lab' / 'store.sqlite'}"
         controller = lab.start_controller(store)
-        with loop_device(tmp_path / "dut0.img", size_mib=8) as dev, kept_scheduler(dev) as original:
+        with loop_device(tmp_path / "dut0.img", size_mib=8) as dev, kept_scheduler(dev) as original, \
+                loop_device(tmp_path / "other.img", size_mib=1) as undeclared, dropped_acl(dev):
             wanted = next(s for s in ("mq-deadline", "none") if s != original)
             inv = local_inventory(tmp_path / "inv", [{"name": "dut0", "kind": "loop", "path": dev,
                                                       "scheduler": wanted}],
-                                  **host_vars(tmp_path, prefix, broker, free_port()))
+                                  **host_vars(tmp_path, prefix, broker, free_port(), user, uid))
             load_inventory(inv)           # what the playbook reads is a valid lab inventory
             since = time.time()
             try:
@@ -158,8 +287,19 @@ def test_agent_playbook_runs_for_real_and_a_second_run_changes_nothing(tmp_path:
                 assert (prefix / "60-storagelab.conf").read_text().splitlines()[1:] == ["vm.swappiness = 1"]
                 assert not (prefix / "60-storagelab-scheduler.rules").read_text().count("ATTR{")  # a loop DUT: no rule
 
-                # a running agent of the prefix's venv, registered with its DUT and metrics address
+                # the agent runs as the dedicated user, which reaches the declared DUT only (its ACL)
                 (pid,) = pids
+                assert pwd.getpwnam(user).pw_uid == uid and grp.getgrnam(user).gr_gid == uid
+                assert proc_uid(pid) == uid
+                assert (prefix / "state").stat().st_uid == uid and (prefix / "log").stat().st_uid == uid
+                assert acl_users(dev) == [str(uid)] and acl_users(undeclared) == []
+                assert user_can(user, "-r", dev) and user_can(user, "-w", dev)
+                assert not user_can(user, "-r", undeclared) and not user_can(user, "-w", undeclared)
+                rules = (prefix / "60-storagelab.rules").read_text()
+                assert f'KERNEL=="{Path(dev).name}", RUN+="/usr/bin/setfacl -m u:{user}:rw $devnode"' in rules
+                assert Path(undeclared).name + '"' not in rules
+
+                # a running agent of the prefix's venv, registered with its DUT and metrics address
                 cmdline = agent_process(pid)
                 venv_bin = prefix / "venv" / "bin"
                 assert cmdline is not None and cmdline.startswith(f"{venv_bin}/python"), cmdline
@@ -179,6 +319,20 @@ def test_agent_playbook_runs_for_real_and_a_second_run_changes_nothing(tmp_path:
                 assert [(d.name, d.path) for d in host.devices] == [("dut0", dev)]
                 assert host.facts["metrics_address"] == f"127.0.0.1:{host_vars_port(inv)}"
                 t_registered = time.monotonic() - t0
+
+                # a measurement: fio, the agent's child, runs as the user on the DUT (read through the ACL)
+                run_id = submit_read(lab, "dut0")
+
+                def fio_started() -> int | None:
+                    if run_state(db, run_id) in ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"):
+                        raise AssertionError(f"run {run_id} {run_state(db, run_id)} before its fio was seen: "
+                                             f"{(prefix / 'log' / 'agent.log').read_text()[-3000:]}")
+                    return fio_under(pid)
+
+                fio = wait_for(fio_started, 60, "the agent's fio to start", interval=0.02)
+                assert isinstance(fio, int) and proc_uid(fio) == uid
+                assert wait_for(lambda: run_state(db, run_id) in ("SUCCEEDED", "FAILED"), 90, "the run to end")
+                assert run_state(db, run_id) == "SUCCEEDED", run_state(db, run_id)
 
                 # the second run: nothing to do, the same agent keeps running
                 second = run_playbook("agent.yml", inv, tmp_path / "run2")
@@ -204,6 +358,34 @@ def test_agent_playbook_runs_for_real_and_a_second_run_changes_nothing(tmp_path:
               f"total {time.monotonic() - t0:.1f}s")
     finally:
         lab.stop()
+
+
+def agent_credentials(url: str, secrets: Path, uid: int) -> str:
+    """``url`` (the agent's broker user) with its password file copied where the agent's user reads it
+    (0600, its own): the lab's secrets directory is root's."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    from labcontract.brokerauth import PASSWORD_FILE, with_credentials
+
+    source = dict(parse_qsl(urlsplit(url).query)).get(PASSWORD_FILE)
+    if source is None:
+        return url
+    secrets.mkdir(mode=0o700)
+    copy = secrets / Path(source).name
+    copy.write_bytes(Path(source).read_bytes())
+    copy.chmod(0o600)
+    for path in (secrets, copy):
+        os.chown(path, uid, uid)
+    return with_credentials(url, password_file=copy)
+
+
+@contextlib.contextmanager
+def dropped_acl(dev: str) -> Iterator[None]:
+    """The ACL the role gives ``dev`` removed at the end: the node outlives the loop device's detach."""
+    try:
+        yield
+    finally:
+        subprocess.run(["setfacl", "-b", dev], capture_output=True, check=False)
 
 
 def host_vars_port(inv: Path) -> int:

@@ -22,16 +22,17 @@ from typing import Any, cast
 
 import pytest
 
+from labcontract.brokerauth import unacked_keys
 from labcontract.protocol import CancelStep, ReportStep, StartStep, agent_queue
-from labcontract.transport import redis_client
+from labcontract.transport import celery_settings, redis_client
 from orchestrator.dispatch import Dispatcher
 from orchestrator.lab import Lab, wait_for
 
 pytestmark = pytest.mark.integration
 
 HOST = "wirehost"
-UNACKED = "unacked"          # kombu's Redis QoS hash of delivered, unacknowledged messages
-CALLS = "test:wire:calls"    # where the worker's agent records its calls
+UNACKED = unacked_keys(HOST)["unacked_key"]   # kombu's Redis QoS hash of the host's unacknowledged messages
+CALLS = "lab:test:wire:calls"    # where the worker's agent records its calls (as the controller user)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -60,31 +61,40 @@ class RecordingAgent:
         return None
 
 
-def worker_main(broker: str) -> None:
-    """The worker process: the agent's app and a solo-pool worker, as agents.daemon.run_agent starts them."""
+def worker_main(agent_broker: str, calls_broker: str) -> None:
+    """The worker process: the agent's app and a solo-pool worker, as agents.daemon.run_agent starts them,
+    connected as the host's agent user; its calls recorded through ``calls_broker``."""
     from agents.daemon import make_worker_app
 
-    app = make_worker_app(cast(Any, RecordingAgent(broker)), broker)
+    app = make_worker_app(cast(Any, RecordingAgent(calls_broker)), agent_broker)
     app.Worker(pool="solo", concurrency=1, loglevel="WARNING", hostname=f"agent@{HOST}", without_gossip=True,
                without_mingle=True, without_heartbeat=True, quiet=True).start()
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[str]:
+def wire_lab(tmp_path: Path) -> Iterator[Lab]:
     lab = Lab(tmp_path)
-    url = lab.start_redis()
+    lab.start_redis()
     try:
-        yield url
+        yield lab
     finally:
         lab.stop()
 
 
+@pytest.fixture
+def broker(wire_lab: Lab) -> str:
+    """The controller's URL (what the dispatcher connects with)."""
+    assert wire_lab.broker_url
+    return wire_lab.broker_url
+
+
 @contextmanager
-def agent_worker(broker: str, tmp_path: Path) -> Iterator[None]:
+def agent_worker(lab: Lab, tmp_path: Path) -> Iterator[None]:
     log = tmp_path / "worker.log"
+    assert lab.broker_url
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tests.integration.test_dispatch_wire", broker], cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "tests.integration.test_dispatch_wire", lab.agent_url(HOST),
+                                 lab.broker_url], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
         yield
         assert proc.poll() is None, log.read_text()
@@ -112,12 +122,13 @@ def start(attempt: str) -> StartStep:
                      devices=("/dev/x",), job_name="4k-randread", timeout_s=130, dispatched_at=time.time())
 
 
-def test_the_agents_worker_runs_each_task_with_its_arguments_and_acks_it_after(broker: str, tmp_path: Path) -> None:
+def test_the_agents_worker_runs_each_task_with_its_arguments_and_acks_it_after(broker: str, wire_lab: Lab,
+                                                                              tmp_path: Path) -> None:
     disp = Dispatcher(broker, expires_s=60)
     starts = [start(f"r1-s00{i}-a1") for i in range(3)]
     cancel, report = CancelStep(attempt_id="r1-s000-a1", reason="stop"), ReportStep(attempt_id="r1-s001-a1")
     try:
-        with agent_worker(broker, tmp_path):
+        with agent_worker(wire_lab, tmp_path):
             disp.start_many(starts)
             disp.cancel(HOST, cancel)
             disp.report(HOST, report)
@@ -132,13 +143,13 @@ def test_the_agents_worker_runs_each_task_with_its_arguments_and_acks_it_after(b
     assert all(unacked >= 1 for _k, _p, unacked in done)      # acks_late: acknowledged after the task
 
 
-def test_an_expired_start_is_dropped_and_a_fresh_one_runs(broker: str, tmp_path: Path) -> None:
+def test_an_expired_start_is_dropped_and_a_fresh_one_runs(broker: str, wire_lab: Lab, tmp_path: Path) -> None:
     stale, fresh = Dispatcher(broker, expires_s=1), Dispatcher(broker, expires_s=60)
     try:
         stale.start(start("r1-s000-a1"))
         time.sleep(1.5)                                   # no worker yet: it expires on the queue
         fresh.start(start("r1-s001-a1"))
-        with agent_worker(broker, tmp_path):
+        with agent_worker(wire_lab, tmp_path):
             wait_for(lambda: calls(broker) and settled(broker) == (0, 0), 60, "both messages to be consumed")
             time.sleep(0.5)
     finally:
@@ -147,19 +158,22 @@ def test_an_expired_start_is_dropped_and_a_fresh_one_runs(broker: str, tmp_path:
     assert [payload["attempt_id"] for _k, payload, _u in calls(broker)] == ["r1-s001-a1"]
 
 
-def test_a_start_taken_but_not_acknowledged_is_restored_to_its_queue_and_runs(broker: str, tmp_path: Path) -> None:
+def test_a_start_taken_but_not_acknowledged_is_restored_to_its_queue_and_runs(broker: str, wire_lab: Lab,
+                                                                             tmp_path: Path) -> None:
     from kombu import Connection, Consumer, Queue
 
     disp = Dispatcher(broker, expires_s=60)
     taken: list[Any] = []
     try:
         disp.start(start("r1-s000-a1"))
-        with Connection(broker) as conn, Consumer(conn, queues=[Queue(agent_queue(HOST))], accept=["json"],
+        conf = celery_settings(wire_lab.agent_url(HOST), host=HOST)      # as the host's agent user
+        with Connection(conf["broker_url"], transport_options=conf["broker_transport_options"]) as conn, \
+                Consumer(conn, queues=[Queue(agent_queue(HOST))], accept=["json"],
                                                   callbacks=[lambda _body, message: taken.append(message)]):
             conn.drain_events(timeout=10)
             assert len(taken) == 1 and settled(broker) == (0, 1)      # delivered, in the unacked hash
         assert settled(broker) == (1, 0)            # back on agent.<host>, routed by its delivery_info
-        with agent_worker(broker, tmp_path):
+        with agent_worker(wire_lab, tmp_path):
             wait_for(lambda: calls(broker) and settled(broker) == (0, 0), 60, "the restored start to run")
     finally:
         disp.close()
@@ -167,4 +181,4 @@ def test_a_start_taken_but_not_acknowledged_is_restored_to_its_queue_and_runs(br
 
 
 if __name__ == "__main__":
-    worker_main(sys.argv[1])
+    worker_main(sys.argv[1], sys.argv[2])

@@ -195,3 +195,24 @@ def test_facts_playbook_writes_provenance_json(tmp_path: Path, loops: Any) -> No
     assert duts["nvme0"]["health"]["percent_used"] == 3
     assert duts["nvme0"]["health"]["temperature_c"] == 36
     assert duts["loop1"]["capacity_bytes"] == 2 << 20 and duts["loop1"]["driver"]["name"] == "loop"
+
+
+def test_a_dut_declared_without_allow_is_neither_purged_nor_resized(tmp_path: Path, loops: Any) -> None:
+    """docs/provisioning.md: ``allow`` defaults to nothing. The real module refuses, in check mode and for
+    real, and the loop DUT's bytes do not change."""
+    [(dev, backing)] = loops(1)
+    inv = local_inventory(tmp_path / "inv", [{"name": "bare", "kind": "loop", "path": dev, "wipe_ok": False}])
+    before = sha256(backing)
+    state = {"lab_state_dir": str(tmp_path / "state")}
+    for i, check in enumerate((True, False)):
+        run = run_playbook("dut_state.yml", inv, tmp_path / f"purge{i}", {**state, "dut_op_mode": "hp:20"},
+                           check=check)
+        assert run.status == "failed"
+        [purge] = run.item_results(PURGE)
+        assert purge["reason_codes"] == ["operation_not_allowed"], purge
+        assert purge["msg"] == f"refusing purge on {dev}: DUT bare does not allow purge (allow: nothing)"
+        assert run.item_results(OP) == []
+    op_only = run_playbook("dut_state.yml", inv, tmp_path / "op", {**state, "dut_purge": False, "dut_op_mode": "hp:20"})
+    [op] = op_only.item_results(OP)
+    assert op_only.status == "failed" and op["reason_codes"] == ["operation_not_allowed"], op
+    assert sha256(backing) == before and not (tmp_path / "state").exists()

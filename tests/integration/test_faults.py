@@ -7,10 +7,14 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from orchestrator.lab import wait_for
+from orchestrator.queries import RunDetail
 from tests.conftest import LabHandle, one_workload, pid_alive
 
 pytestmark = pytest.mark.integration
@@ -23,9 +27,12 @@ REPURGE_SUITE = one_workload(18).replace("profiles:", "phases: {purge: true}\nre
 def test_agent_killed_until_lost_has_its_orphan_stopped_and_the_step_retried(fresh_lab: LabHandle) -> None:
     lab = fresh_lab
     run_id = lab.submit(REPURGE_SUITE)
-    d = lab.wait_step_state(run_id, "RUNNING", timeout=30)
-    while d.steps[0].state != "SUCCEEDED" or not any(st.state == "RUNNING" for st in d.steps[1:]):
-        d = lab.detail(run_id)                       # the purge done, the measurement running
+    def measuring() -> RunDetail | None:             # the purge done, the measurement running
+        d = lab.detail(run_id)
+        ok = d.steps[0].state == "SUCCEEDED" and any(st.state == "RUNNING" for st in d.steps[1:])
+        return d if ok else None
+    d = wait_for(measuring, 60, "the purge to end and the measurement to run", interval=0.05)
+    assert isinstance(d, RunDetail)
     measure = next(st for st in d.steps if st.kind == "measure")
     wait_for(lambda: lab.detail(run_id).steps[1].attempts[0].pid, 10, "the measurement's fio pid")
     pid = int(lab.detail(run_id).steps[1].attempts[0].pid or 0)
@@ -54,11 +61,42 @@ def test_agent_killed_until_lost_has_its_orphan_stopped_and_the_step_retried(fre
     assert 17_500 <= d.results[step.id].runtime_ms <= 19_500  # the retry ran whole
 
 
-def test_a_vanished_dut_is_quarantined_until_released(fresh_lab: LabHandle) -> None:
+def reattach(lab: LabHandle, name: str) -> None:
+    """Attach the DUT's backing file again on whatever loop device is free (``losetup -f``: another process
+    may have taken the old number meanwhile, so never that number by name), and, when the number changed,
+    restart the agent declaring the DUT at its new path."""
+    dut = lab.duts[name]
+    new = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(dut.backing)], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    old, dut.loop = dut.loop, new          # what lab.stop() detaches: ours, never another process's device
+    if new != old:
+        dut.path = new
+        lab.lab.stop_proc(lab.agent)
+        lab.restart_agent()
+
+
+@contextmanager
+def squatter(loop: str, directory: Path) -> Iterator[None]:
+    """Plays the other process that takes the loop number a DUT just left (a file of another size on it),
+    as other work on the machine does; the number is left alone if someone already took it."""
+    image = directory / "squatter.img"
+    subprocess.run(["truncate", "-s", "8M", str(image)], check=True)
+    subprocess.run(["losetup", loop, str(image)], capture_output=True)
+    try:
+        yield
+    finally:
+        held = subprocess.run(["losetup", "--noheadings", "--output", "NAME", "--associated", str(image)],
+                              capture_output=True, text=True).stdout.split()
+        for device in held:                  # found by its backing file: only what the squatter holds
+            subprocess.run(["losetup", "-d", device], capture_output=True)
+
+
+def test_a_vanished_dut_is_quarantined_until_released(fresh_lab: LabHandle, tmp_path: Path) -> None:
     lab = fresh_lab
     dut = lab.duts["dut0"]
     assert dut.loop, "needs a loop device (root)"
-    subprocess.run(["losetup", "-d", dut.loop], check=True)
+    left = dut.loop
+    subprocess.run(["losetup", "-d", left], check=True)
     try:
         def quarantined() -> bool:
             out = lab.labctl("hosts").stdout
@@ -66,11 +104,16 @@ def test_a_vanished_dut_is_quarantined_until_released(fresh_lab: LabHandle) -> N
         wait_for(quarantined, 30, "the DUT to be quarantined", interval=0.5)
         listing = lab.labctl("hosts").stdout
         assert "present check failed 3" in listing and "has size" in listing, listing     # (wrapped table)
-        run_id = lab.submit(one_workload(1))
-        queue = lab.labctl("queue").stdout
-        assert run_id in queue and "quarantined" in queue, queue
+        with squatter(left, tmp_path):          # meanwhile another process takes the number it left
+            reattach(lab, "dut0")
+        assert dut.loop != left and dut.path == dut.loop, "back on a loop device of its own"
     finally:
-        subprocess.run(["losetup", "--direct-io=on", dut.loop, str(dut.backing)], check=True)
+        if dut.loop == left:                    # failed before it was back: leave the lab whole
+            reattach(lab, "dut0")
+    assert "QUARANTINED" in lab.labctl("hosts").stdout, "back, but still quarantined until released"
+    run_id = lab.submit(one_workload(1))
+    queue = lab.labctl("queue").stdout
+    assert run_id in queue and "quarantined" in queue, queue
     assert lab.detail(run_id).run.state == "QUEUED"
     released = lab.labctl("hosts", "release", lab.host)
     assert released.returncode == 0 and f"released {lab.host}" in released.stdout, released.stderr

@@ -35,7 +35,10 @@ def host_provisioning(root: Path) -> dict[str, object]:
             "lab_agent_run_dir": str(root / "run"), "lab_agent_script": str(root / "storagelab-agent-ctl"),
             "lab_agent_unit_dir": str(root / "units"), "io_tuning_udev_rules_file": str(root / "60-sched.rules"),
             "io_tuning_udev_reload": False, "io_tuning_sysctl_file": str(root / "60-sysctl.conf"),
-            "io_tuning_sysctl_apply": False}
+            "io_tuning_sysctl_apply": False,
+            # no system user, no ACL, no udev rule on this machine (the embedded lab's agent is not the role's)
+            "lab_agent_user": "root", "lab_agent_udev_rules_file": str(root / "60-storagelab.rules"),
+            "lab_agent_udev_reload": False}
 
 
 @pytest.fixture
@@ -83,3 +86,44 @@ def test_provisioning_steps_run_through_ansible_and_become_provenance(
     assert "provisioned:" in shown and "DUT facts (before): dut0" in shown, shown
     log = lab.controller.log.read_text()
     assert f"[run {d.run.id}] [step dut-state.hp20] [host localhost]" in log and "ansible: TASK [Purge DUTs]" in log
+
+
+QUICK_PROVISIONED = """\
+suite: provisioned-quick
+phases: {provision: true}
+profiles:
+  - {name: seqread, rw: read, bs: 128k, iodepth: 4, runtime: 1s}
+"""
+
+
+def stopped_within(lab: LabHandle, seconds: float) -> float:
+    """SIGTERM the controller; how long it took to exit (fails past ``seconds``)."""
+    import signal
+    import time
+
+    from orchestrator.lab import wait_for
+
+    sent = time.monotonic()
+    lab.controller.popen.send_signal(signal.SIGTERM)
+    wait_for(lambda: not lab.controller.alive(), seconds, f"the controller to stop within {seconds:.0f}s of SIGTERM")
+    return time.monotonic() - sent
+
+
+def test_sigterm_stops_the_controller_after_and_during_a_playbook(
+        provisioned_lab: tuple[LabHandle, Path]) -> None:
+    """ansible-runner installs its own SIGTERM/SIGINT handlers on the main thread unless given a cancel
+    callback: after a provisioned run, the controller ignored SIGTERM (systemctl stop hung)."""
+    lab, tmp_path = provisioned_lab
+    d = lab.wait_run(lab.submit(QUICK_PROVISIONED), timeout=240)
+    assert d.run.state == "SUCCEEDED", (d.run.reason, [(st.name, st.reason) for st in d.steps])
+    took = stopped_within(lab, 5)
+    assert lab.controller.popen.returncode == 0 and "controller stopped" in lab.controller.log.read_text()
+    lab.lab.procs.remove(lab.controller)
+    # again while a playbook runs: it is cancelled, the process still exits within 5 s
+    lab.controller = lab.lab.start_controller(lab.store_url, extra=("--inventory", str(tmp_path / "inv")))
+    run_id = lab.submit(QUICK_PROVISIONED)
+    lab.wait_step_state(run_id, "RUNNING", timeout=60)
+    assert lab.detail(run_id).steps[0].kind == "provision"
+    during = stopped_within(lab, 5)
+    assert "cancelled: the controller stops" in lab.controller.log.read_text(), lab.controller.tail()
+    print(f"\nFIGURE SIGTERM -> exit: {took:.2f}s after a provisioned run, {during:.2f}s during a playbook")

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from orchestrator.client import ControllerClient
 from orchestrator.lab import wait_for
+from orchestrator.queries import RunDetail
 from orchestrator.store.models import Run
 from tests.conftest import LabHandle, start_lab
 
@@ -36,17 +38,32 @@ def test_queue_pause_resume_cancel_and_notifications(qlab: tuple[LabHandle, Path
                        "--priority", "3", check=True).stdout.strip()
     now = lab.labctl("submit", str(suite), "--host", lab.host, "--device", "dut0", check=True).stdout.strip()
     lab.wait_step_state(now, "RUNNING")
-    assert lab.labctl("pause", now, check=True).stdout.strip() == f"{now} paused"
+    client = ControllerClient(lab.redis(), timeout_s=30)
+    reply = client.pause(now)      # at once: labctl's own start-up can outlast a 2 s step on a loaded machine
+    assert reply is not None and reply.ok, reply
+    at_pause = {st.id: st.state for st in lab.detail(now).steps}
+    waiting = [sid for sid, state in at_pause.items() if state == "PENDING"]
+    assert waiting, f"the pause came after every step had started: {at_pause}"
     queue = lab.labctl("queue", check=True).stdout
     assert later in queue and "not before" in queue and now in queue and "PAUSED" in queue
-    d = lab.wait_step_state(now, "SUCCEEDED")                 # the running step finishes...
-    assert [st.state for st in d.steps] == ["SUCCEEDED", "PENDING"]
-    assert lab.detail(now).steps[1].state == "PENDING"      # ...and nothing new starts while paused
+
+    # what a pause guarantees: the running step finishes, and no step pending at the pause starts
+    def settled() -> RunDetail | None:
+        d = lab.detail(now)
+        return None if any(st.state in ("DISPATCHED", "RUNNING") for st in d.steps) else d
+    wait_for(settled, 60, f"the running step of {now} to finish", interval=0.1)
+    for _ in range(2):     # two command round trips: a scheduling pass has run since the step ended
+        again = client.pause(now)
+        assert again is not None and not again.ok and "is PAUSED" in again.errors[0], again
+    d = lab.detail(now)
+    assert [st.state for st in d.steps] == ["SUCCEEDED", "PENDING"], [st.state for st in d.steps]
+    assert all(not st.attempts for st in d.steps if st.id in waiting), "a step started while paused"
     assert "paused (holds its devices)" in lab.labctl("queue", check=True).stdout
     assert lab.labctl("resume", now, check=True).stdout.strip() == f"{now} resumed"
     assert lab.wait_run(now).run.state == "SUCCEEDED"
     res = lab.labctl("resume", now)
     assert res.returncode == 1 and "not paused" in res.stderr
+    assert lab.labctl("pause", later, check=True).stdout.strip() == f"{later} paused"     # a queued run too
     assert lab.labctl("cancel", later, check=True).returncode == 0
     assert lab.wait_run(later).run.state == "CANCELLED"
 

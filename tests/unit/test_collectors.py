@@ -234,7 +234,7 @@ def test_controller_collector_counts_by_state(ctl: tuple[Controller, Clock, Any]
     c, clock, db = ctl
     for run_id, host in (("r1", "h1"), ("r2", "h1"), ("r3", "h2")):
         reply = c.submit(Submit(run_id=run_id, suite_source="s.yaml", suite_text=SUITE, host=host,
-                                devices=("dut0",), reply_to="x"))
+                                devices=("dut0",), reply_to="-"))
         assert reply.ok, reply
     c.schedule()                         # r1 and r3 start (one step each dispatched); r2 waits for h1's device
     clock.t += 30                        # h2 ... and h1 fall silent

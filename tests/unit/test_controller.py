@@ -32,7 +32,7 @@ profiles:
 
 def submit(ctl: Controller, host: str = "h1", device: str = "dut0", run_id: str = "r1") -> Any:
     return ctl.submit(Submit(run_id=run_id, suite_source="two.yaml", suite_text=SUITE, host=host,
-                             devices=(device,), reply_to="x"))
+                             devices=(device,), reply_to="-"))
 
 
 def ended(attempt_id: str, fio_json: bytes, **kw: Any) -> StepEnded:
@@ -49,7 +49,7 @@ def test_submission_problems_name_host_and_device(env: Any) -> None:
     r = submit(ctl, device="dut7")
     assert not r.ok and "--device: 'dut7' is not a declared DUT of host h1 (declared: dut0 (/dev/loop9))" in r.errors
     bad = ctl.submit(Submit(run_id="r9", suite_source="bad.yaml", suite_text="suite: b\nprofiles:\n"
-                            "  - {name: a, rw: read, bs: 4q}\n", host="nohost", devices=("d",), reply_to="x"))
+                            "  - {name: a, rw: read, bs: 4q}\n", host="nohost", devices=("d",), reply_to="-"))
     assert not bad.ok and len(bad.errors) == 2   # the suite's problem and the host's, together
 
 
@@ -178,14 +178,14 @@ def test_device_group_naming_a_device_twice_or_the_wrong_count_is_refused(env: A
         DeclaredDut(name="dut1", path="/dev/loop8", kind="block", size_bytes=1 << 30))))
     group = "suite: g\ndevices: 2\nprofiles:\n  - {name: a, rw: randread, bs: 4k, runtime: 1}\n"
     r = ctl.submit(Submit(run_id="g1", suite_source="g.yaml", suite_text=group, host="h1",
-                          devices=("dut0", "/dev/loop9"), reply_to="x"))
+                          devices=("dut0", "/dev/loop9"), reply_to="-"))
     assert not r.ok
     assert "--device: '/dev/loop9' names device /dev/loop9 twice in one device group (also as 'dut0')" in r.errors
     r = ctl.submit(Submit(run_id="g2", suite_source="g.yaml", suite_text=group, host="h1", devices=("dut0",),
-                          reply_to="x"))
+                          reply_to="-"))
     assert not r.ok and "--device: suite g takes 2 device(s); 1 named" in r.errors
     assert ctl.submit(Submit(run_id="g3", suite_source="g.yaml", suite_text=group, host="h1",
-                             devices=("dut0", "dut1"), reply_to="x")).ok
+                             devices=("dut0", "dut1"), reply_to="-")).ok
     ctl.schedule()
     (msg,) = disp.starts()
     assert msg.devices == ("/dev/loop9", "/dev/loop8") and msg.run_id == "g3"

@@ -74,7 +74,7 @@ def test_a_provisioning_suite_needs_a_controller_with_an_inventory(env: Any) -> 
     from labcontract.protocol import Submit
 
     reply = ctl.submit(Submit(run_id="r1", suite_source="p.yaml", suite_text=text, host="h1", devices=("dut0",),
-                              reply_to="x"))
+                              reply_to="-"))
     assert not reply.ok
     assert reply.errors == ("phases.provision: this suite provisions its DUTs through Ansible; the controller runs "
                             "without an inventory (labctl controller --inventory DIR)",)

@@ -28,7 +28,7 @@ REPURGE = SUITE.replace("profiles:", "phases: {purge: true}\nretry: {repurge: tr
 
 def submit_text(ctl: Any, text: str, run_id: str = "r1") -> None:
     assert ctl.submit(Submit(run_id=run_id, suite_source="x.yaml", suite_text=text, host="h1",
-                             devices=("dut0",), reply_to="x")).ok
+                             devices=("dut0",), reply_to="-")).ok
 
 
 def start(ctl: Any, disp: Any, clock: Any) -> str:
@@ -226,11 +226,11 @@ def test_failing_device_is_quarantined_after_n_checks_and_released(env: Any) -> 
     ctl.schedule()
     assert not disp.starts()
     assert "quarantined" in queue_waits(ctl, db)["r1"]
-    reply = ctl.release(Release(host="h1", device="dut0", reply_to="x"))
+    reply = ctl.release(Release(host="h1", device="dut0", reply_to="-"))
     assert reply.ok
     ctl.schedule()
     assert len(disp.starts()) == 1
-    assert not ctl.release(Release(host="h1", reply_to="x")).ok          # nothing quarantined any more
+    assert not ctl.release(Release(host="h1", reply_to="-")).ok          # nothing quarantined any more
 
 
 def test_a_passing_check_resets_the_count(env: Any) -> None:
@@ -271,7 +271,7 @@ def test_a_replaced_device_fails_the_serial_check(env: Any) -> None:
         dev: Device = s.get(Host, "h1").devices[0]
         assert dev.serial == "S4EVNX0R123456"
         assert "expected S4EVNX0R123456 (device replaced?)" in dev.quarantine_reason
-    assert ctl.release(Release(host="h1", device="/dev/loop9", reply_to="x")).ok
+    assert ctl.release(Release(host="h1", device="/dev/loop9", reply_to="-")).ok
     with db() as s:
         dev = s.get(Host, "h1").devices[0]
         assert dev.serial == "S4EVNX0R999999" and dev.quarantined_at is None

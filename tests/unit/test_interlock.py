@@ -67,8 +67,13 @@ def test_missing_device() -> None:
 def test_declared_mapping_from_inventory_dicts() -> None:
     dut = il.DeclaredDut.from_mapping({"name": "d", "path": "/dev/loop3", "wipe_ok": "yes"})
     assert dut.wipe_ok is False            # only a real boolean true counts
-    assert dut.allow == ("purge", "op_mode", "write")
+    assert dut.allow == ()                 # an inventory DUT without allow allows nothing (docs/provisioning.md)
     assert il.DeclaredDut.from_mapping({"path": "/x", "allow": []}).allow == ()
+    assert il.DeclaredDut.from_mapping({"path": "/x", "allow": None}).allow == ()
+    assert il.DeclaredDut.from_mapping({"path": "/x", "allow": ["purge"]}).allow == ("purge",)
+    reasons = il.refusal_reasons("/dev/loop3", [dut], obs("/dev/loop3"), "purge")
+    assert codes(reasons) == ["operation_not_allowed"] and "(allow: nothing)" in reasons[0].message
+    assert codes(il.refusal_reasons("/dev/loop3", [dut], obs("/dev/loop3"), "op_mode")) == ["operation_not_allowed"]
 
 
 def test_parsers() -> None:
@@ -117,3 +122,48 @@ def test_observe_flags_the_root_device() -> None:
     state = il.observe(root[-1])          # read-only: mountinfo, sysfs, wipefs -n
     assert state.backs_root and "/" in state.mountpoints
     assert "backs_root" in codes(il.refusal_reasons(root[-1], [il.DeclaredDut("x", root[-1], wipe_ok=True)], state))
+
+
+def fake_tool(bin_dir: Path, name: str, script: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / name
+    tool.write_text(f"#!/bin/sh\n{script}\n")
+    tool.chmod(0o755)
+
+
+@pytest.mark.parametrize("script", ["echo 'wipefs: error: probing initialization failed: Permission denied' >&2; "
+                                    "exit 1", "exit 139", "echo 'not json'"])
+def test_a_failed_wipefs_probe_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    img = tmp_path / "dut.img"
+    img.write_bytes(bytes(1 << 20))
+    fake_tool(tmp_path / "bin", "wipefs", script)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    state = il.observe(str(img))
+    assert state.signatures == () and state.probe_error.startswith("wipefs ")
+    declared = [il.DeclaredDut("f", str(img), wipe_ok=True)]        # wipe_ok never lifts a failed probe
+    reasons = il.refusal_reasons(str(img), declared, state, "purge")
+    assert codes(reasons) == ["probe_failed"]
+    assert reasons[0].message.startswith("signature probe failed: wipefs ")
+    with pytest.raises(il.InterlockRefused, match=r"refusing write on .*: signature probe failed: wipefs"):
+        il.check_local(str(img), declared, "write")
+
+
+def test_a_probe_that_cannot_run_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    img = tmp_path / "dut.img"
+    img.write_bytes(bytes(1 << 20))
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))            # neither wipefs nor blkid
+    state = il.observe(str(img))
+    assert state.probe_error == "neither wipefs nor blkid is installed"
+    assert codes(il.refusal_reasons(str(img), [il.DeclaredDut("f", str(img))], state)) == ["probe_failed"]
+    fake_tool(tmp_path / "empty", "blkid", "exit 2")                 # blkid: 2 is "nothing found"
+    assert il.observe(str(img)).probe_error == "" and il.observe(str(img)).signatures == ()
+    fake_tool(tmp_path / "empty", "blkid", "echo 'blkid: cannot open' >&2; exit 4")
+    assert il.observe(str(img)).probe_error == "blkid exited 4: blkid: cannot open"
+
+
+def test_a_probe_error_survives_the_registration_round_trip() -> None:
+    state = obs("/dev/loop3", probe_error="wipefs exited 1")
+    assert il.observed_from_dict(il.observed_to_dict(state)) == state
+    assert il.observed_from_dict({k: v for k, v in il.observed_to_dict(state).items()
+                                  if k != "probe_error"}).probe_error == ""

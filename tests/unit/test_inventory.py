@@ -157,3 +157,77 @@ def test_inline_vars_and_precedence(tmp_path: Path) -> None:
     inv = load_inventory(root)
     assert inv.host("a1").vars["level"] == "inline-host"
     assert inv.host("ctl").vars["level"] == "gv-all" and inv.host("ctl").vars["keep"] == "inline-all"
+
+
+def test_values_that_reach_a_shell_are_typed_and_every_problem_is_reported(tmp_path: Path) -> None:
+    marker = tmp_path / "Y"
+    root = write(tmp_path / "lab", {
+        "hosts.yml": HOSTS.replace("a2:", "a2:\n            'a3;reboot': {}"),
+        "group_vars/agents.yml": "ansible_user: 'lab; rm -rf /'\nlab_agent_state_dir: /var/lib/../../etc\n",
+        "host_vars/a1.yml": f"""\
+            ansible_host: '10.0.0.11 -oProxyCommand=x'
+            lab_agent_user: Root$
+            duts:
+              - {{name: d0, path: '/dev/disk/by-id/X$(touch {marker})', serial: S1}}
+              - {{name: d1, path: /dev/disk/by-id/../../sda, serial: S2}}
+              - {{name: d2, path: '/dev/disk/by-id/nvme-ok', serial: 'S3"; RUN+="/bin/sh"'}}
+              - {{name: d3, kind: file, path: '/srv/x`id`.img'}}
+              - {{name: d4, kind: loop, path: '/dev/loop1 /dev/sda'}}
+              - {{name: d5, path: /dev/disk/by-id/nvme-ok2, serial: S5, nvme_controller: '/dev/nvme0;x'}}
+            nics:
+              - {{name: p1, iface: 'eth1$(id)', address: 10.1.1.1/24}}
+        """,
+    })
+    with pytest.raises(InventoryError) as err:
+        load_inventory(root)
+    text, a1, agents = str(err.value), f"{root}/host_vars/a1.yml", f"{root}/group_vars/agents.yml"
+    expected = [
+        f"{a1}: duts[0].path: '/dev/disk/by-id/X$(touch {marker})': not a safe device path",
+        f"{a1}: duts[1].path: '/dev/disk/by-id/../../sda': not a safe device path",
+        f"{a1}: duts[2].serial:",
+        f"{a1}: duts[3].path: '/srv/x`id`.img': a file DUT must be an absolute path of",
+        f"{a1}: duts[4].path: '/dev/loop1 /dev/sda': a loop DUT is /dev/loopN",
+        f"{a1}: duts[5].nvme_controller:",
+        f"{a1}: nics[0].iface:",
+        f"{a1}: ansible_host: '10.0.0.11 -oProxyCommand=x' is neither an IP address nor a DNS name",
+        f"{a1}: lab_agent_user:",
+        f"{agents}: ansible_user:",
+        f"{agents}: lab_agent_state_dir: '/var/lib/../../etc': a path must be an absolute path of",
+        f"{root}/hosts.yml: all.children.agents.hosts.a3;reboot: not a valid host name",
+    ]
+    missing = [e for e in expected if e not in text]
+    assert not missing, text
+    assert not marker.exists()
+
+
+def test_safe_values_still_load(tmp_path: Path) -> None:
+    root = write(tmp_path / "lab", {
+        "hosts.yml": HOSTS,
+        "host_vars/a1.yml": """\
+            ansible_host: lab-a1.example.org
+            ansible_user: lab
+            ansible_port: 2222
+            lab_agent_user: storagelab
+            lab_agent_state_dir: /var/lib/storagelab-agent
+            duts:
+              - {name: n0, path: /dev/disk/by-id/nvme-SAMSUNG_MZWLJ3T8HBLS-00007_S4YPNE0N800123, serial: S4YPNE0N800123,
+                 model: SAMSUNG MZWLJ3T8HBLS-00007, nvme_controller: /dev/nvme0, nsid: 1}
+              - {name: w0, path: /dev/disk/by-id/wwn-0x5000cca0bc123456, wwn: "0x5000cca0bc123456"}
+              - {name: s0, path: "/dev/disk/by-id/scsi-SATA_Samsung_SSD_850_S2R5NX0J1:0+x", serial: S2R5NX0J1}
+              - {name: l0, kind: loop, path: /dev/loop12}
+              - {name: f0, kind: file, path: /var/tmp/storagelab/dut0.img}
+        """,
+        "host_vars/a2.yml": "ansible_host: 'fd00::12'\nduts:\n  - {name: d, path: /dev/disk/by-id/ata-Y, serial: S9}\n",
+    })
+    inv = load_inventory(root)
+    assert [d.name for d in inv.host("a1").duts] == ["n0", "w0", "s0", "l0", "f0"]
+    assert inv.host("a2").address == "fd00::12"
+
+
+def test_a_dut_without_allow_allows_nothing() -> None:
+    inv = load_inventory(ROOT / "inventory/example")
+    ini = inv.host("rd630-ini")
+    assert all(d.declared().allow == () for d in ini.duts)
+    from labcontract.inventory import Dut
+    bare = Dut(name="x", kind="loop", path="/dev/loop3")
+    assert bare.allow == () and bare.declared().allow == ()

@@ -94,7 +94,7 @@ def _register(ctl: Controller, host: str, paths: tuple[NetPathDecl, ...]) -> Non
 def _net_submit(ctl: Controller, **kw: Any) -> Any:
     return ctl.submit(Submit(run_id=kw.pop("run_id", "n1"), suite_source="net.yaml", suite_text=kw.pop("text", NET),
                              host=kw.pop("host", "tgt"), devices=kw.pop("devices", ()),
-                             initiators=kw.pop("initiators", ("ini0",)), reply_to="x"))
+                             initiators=kw.pop("initiators", ("ini0",)), reply_to="-"))
 
 
 def test_submission_checks_every_host_and_path(env: Any) -> None:

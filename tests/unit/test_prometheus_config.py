@@ -107,7 +107,8 @@ def test_every_rule_has_a_unit_test() -> None:
         assert any(re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", e) for e in tested_exprs), \
             f"recording rule {name} has no promql_expr_test"
     alerts = {r["alert"] for r in rules() if "alert" in r}
-    assert alerts == {"LabAgentDown", "LabStepStalled", "LabPreconditioningNotConverging", "LabLatencyHigh"}
+    assert alerts == {"LabAgentDown", "LabStepStalled", "LabPreconditioningNotConverging", "LabLatencyHigh",
+                      "LabControllerDegraded"}
     assert alerts <= firing, f"alerts never tested firing: {alerts - firing}"
 
 

@@ -57,7 +57,7 @@ def env(tmp_path: Path) -> Any:
 
 def submit(ctl: Controller, run_id: str, text: str, devices: tuple[str, ...] = ("d0",), **kw: Any) -> None:
     reply = ctl.submit(Submit(run_id=run_id, suite_source=f"{run_id}.yaml", suite_text=text, host="h1",
-                              devices=devices, reply_to="x", **kw))
+                              devices=devices, reply_to="-", **kw))
     assert reply.ok, reply
 
 
@@ -105,16 +105,16 @@ def test_pause_lets_the_running_step_finish_and_resume_continues(env: Any, fio_o
     submit(ctl, "r", suite(1, n=2))
     ctl.schedule()
     first = disp.starts()[0]
-    assert ctl.pause_or_resume(Pause(run_id="r", reply_to="x")).ok
+    assert ctl.pause_or_resume(Pause(run_id="r", reply_to="-")).ok
     finish(ctl, first.attempt_id, fio_outputs["4k-randread"])
     ctl.schedule()
     assert len(disp.starts()) == 1                  # paused: nothing new
     submit(ctl, "other", suite(1))
     ctl.schedule()
     assert started_runs(disp) == ["r"]              # a paused run keeps its device
-    bad = ctl.pause_or_resume(Resume(run_id="other", reply_to="x"))
+    bad = ctl.pause_or_resume(Resume(run_id="other", reply_to="-"))
     assert not bad.ok and "not paused" in bad.errors[0]
-    assert ctl.pause_or_resume(Resume(run_id="r", reply_to="x")).ok
+    assert ctl.pause_or_resume(Resume(run_id="r", reply_to="-")).ok
     ctl.schedule()
     assert started_runs(disp) == ["r", "r"]
     with db() as s:
@@ -189,14 +189,14 @@ def test_schedules_fire_once_per_due_time_and_refuse_bad_input(env: Any) -> None
     template = Submit(run_id="-", suite_source="n.yaml", suite_text=suite(1), host="h1", devices=("d0",),
                       reply_to="-", priority=2)
     bad = ctl.schedules(ScheduleAdd(name="nightly", cron="61 * * *", submit=template.model_copy(
-        update={"host": "nohost"}), reply_to="x"))
+        update={"host": "nohost"}), reply_to="-"))
     assert not bad.ok
     assert any(e.startswith("--cron: '61 * * *' is not a cron expression") for e in bad.errors)
     assert any(e.startswith("--host: unknown host 'nohost'") for e in bad.errors)
     ok = ctl.schedules(ScheduleAdd(name="nightly", cron="*/5 * * * *", submit=template, expires_after_s=3600,
-                                   reply_to="x"))
+                                   reply_to="-"))
     assert ok.ok
-    assert not ctl.schedules(ScheduleAdd(name="nightly", cron="*/5 * * * *", submit=template, reply_to="x")).ok
+    assert not ctl.schedules(ScheduleAdd(name="nightly", cron="*/5 * * * *", submit=template, reply_to="-")).ok
     with db() as s:
         sch = s.get(Schedule, "nightly")
         assert sch is not None and sch.next_fire_at == clock.t + 120       # 22:00
@@ -213,5 +213,5 @@ def test_schedules_fire_once_per_due_time_and_refuse_bad_input(env: Any) -> None
         assert run.priority == 2 and run.expires_at == clock.t + 3600 and run.state == "QUEUED"
         sch = s.get(Schedule, "nightly")
         assert sch is not None and sch.last_run_id == run.id and sch.next_fire_at == clock.t + 300
-    assert ctl.schedules(ScheduleRemove(name="nightly", reply_to="x")).ok
-    assert not ctl.schedules(ScheduleRemove(name="nightly", reply_to="x")).ok
+    assert ctl.schedules(ScheduleRemove(name="nightly", reply_to="-")).ok
+    assert not ctl.schedules(ScheduleRemove(name="nightly", reply_to="-")).ok

@@ -1,0 +1,171 @@
+"""The agent trusts nothing it receives (issue 12, item 1) and keeps its deadlines on its own monotonic clock
+(item 6): start messages validated as strictly as a suite, path-safe attempt directories, the interlock run on
+the job file actually rendered. Unit tier: a real FioRunner on a temporary state directory and file DUTs; the
+checks refuse before anything is launched, so no fio runs here."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agents.runner as runner_mod
+from agents.daemon import Agent, AgentConfig
+from agents.runner import FioRunner
+from labcontract import interlock
+from labcontract.errors import FioError
+from labcontract.facts import DeclaredDut, HostFacts
+from labcontract.protocol import Event, StartStep, StepEnded
+
+INJECTION = "1%\nexec_prerun=touch X\n[evil]\nfilename=/dev/loop7\nrw=write\n;%"
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> tuple[Agent, list[Event], Path]:
+    dut = tmp_path / "dut0.img"
+    dut.write_bytes(b"\0" * 65536)
+    duts = (DeclaredDut(name="dut0", path=str(dut), kind="file", size_bytes=65536),)
+    state = tmp_path / "state"
+    sent: list[Event] = []
+    a = Agent(AgentConfig(host="h1", broker_url="redis://unused", state_dir=state, duts=duts),
+              HostFacts(hostname="h1", fio_version="fio-3.33"), FioRunner(state), sent.append)
+    return a, sent, tmp_path
+
+
+def payload(dut: str, **kw: Any) -> dict[str, Any]:
+    workload = {"name": "p", "rw": "read", "bs": 4096, "runtime": 1, **kw.pop("workload", {})}
+    msg = {"v": StartStep.model_fields["v"].default, "run_id": "r1", "step_id": "r1-s000", "attempt_id": "r1-s000-a1",
+           "host": "h1", "devices": [dut], "job_name": "p", "workload": workload, "timeout_s": 60,
+           "dispatched_at": time.time(), **kw}
+    return msg
+
+
+def refusals(sent: list[Event]) -> list[StepEnded]:
+    return [e for e in sent if isinstance(e, StepEnded) and e.outcome == "refused"]
+
+
+def created(tmp_path: Path) -> list[str]:
+    return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.name not in ("dut0.img",))
+
+
+def test_the_footprint_injection_is_refused_before_anything_is_created(agent: tuple[Agent, list[Event], Path]) -> None:
+    a, sent, tmp = agent
+    a.start_step(payload(str(tmp / "dut0.img"), workload={"footprint": INJECTION}))
+    [ended] = refusals(sent)
+    assert ended.attempt_id == "r1-s000-a1"
+    assert "malformed StartStep" in ended.reason and "footprint" in ended.reason
+    assert created(tmp) == ["state", "state/attempts"]
+
+
+@pytest.mark.parametrize("attempt_id", ["x/../../../ESCAPED", "..", "../ESCAPED", ".hidden", "a..b", "a/b", "x" * 200])
+def test_an_attempt_id_that_is_not_path_safe_creates_nothing(agent: tuple[Agent, list[Event], Path],
+                                                            attempt_id: str) -> None:
+    a, sent, tmp = agent
+    a.start_step(payload(str(tmp / "dut0.img"), attempt_id=attempt_id))
+    assert refusals(sent) == []            # logged: an id like that names no attempt the controller knows
+    assert created(tmp) == ["state", "state/attempts"]
+    with pytest.raises(FioError, match="not path-safe"):
+        a.runner.attempt_path(attempt_id)
+
+
+def test_the_runner_refuses_an_unsafe_id_even_from_a_valid_looking_message(tmp_path: Path) -> None:
+    runner = FioRunner(tmp_path / "state")
+    msg = StartStep.model_construct(**{**payload("/x"), "attempt_id": "../../ESCAPED", "workload": None})
+    with pytest.raises(FioError, match="not path-safe"):
+        runner.start(msg, [])
+    assert not (tmp_path / "ESCAPED").exists()
+
+
+def test_a_job_file_naming_an_undeclared_device_is_refused(agent: tuple[Agent, list[Event], Path],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    a, sent, tmp = agent
+    real = runner_mod.render_job
+    monkeypatch.setattr(runner_mod, "render_job", lambda w, d: real(w, d) + "\n[evil]\nfilename=/dev/loop7\nrw=write\n")
+    a.start_step(payload(str(tmp / "dut0.img")))
+    [ended] = refusals(sent)
+    assert "job evil opens /dev/loop7, not a declared DUT this step names" in ended.reason
+    assert created(tmp) == ["state", "state/attempts"]
+
+
+def test_a_write_in_the_rendered_job_asks_the_interlock_though_the_workload_reads(
+        agent: tuple[Agent, list[Event], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, sent, tmp = agent
+    dut = str(tmp / "dut0.img")
+    real = runner_mod.render_job
+    monkeypatch.setattr(runner_mod, "render_job", lambda w, d: real(w, d) + f"\n[also]\nfilename={dut}\nrw=write\n")
+    monkeypatch.setattr(interlock, "observe", lambda p: interlock.ObservedState(path=p, real_path=p,
+                                                                                 mountpoints=("/mnt/data",)))
+    a.start_step(payload(dut))
+    [ended] = refusals(sent)
+    assert ended.reason.startswith(f"refusing write on {dut}: mounted on /mnt/data")
+    assert created(tmp) == ["state", "state/attempts"]
+
+
+def test_a_symlink_to_a_declared_dut_is_that_dut(agent: tuple[Agent, list[Event], Path]) -> None:
+    a, _sent, tmp = agent
+    link = tmp / "by-id-dut0"
+    link.symlink_to(tmp / "dut0.img")
+    assert a.dut_for(str(link)).name == "dut0"
+
+
+def test_a_host_mismatch_and_a_non_mapping_payload_are_refused(agent: tuple[Agent, list[Event], Path]) -> None:
+    a, sent, tmp = agent
+    a.start_step([1, 2, 3])  # type: ignore[arg-type]
+    a.start_step(payload(str(tmp / "dut0.img"), host="other"))
+    assert [e.reason for e in refusals(sent)] == ["message for host other reached host h1"]
+
+
+# --- deadlines on the agent's monotonic clock ----------------------------------------------------------
+
+def attempt_with_state(tmp_path: Path, **state: Any) -> tuple[FioRunner, runner_mod.Attempt]:
+    runner = FioRunner(tmp_path / "state")
+    path = runner.root / "r1-s000-a1"
+    path.mkdir()
+    (path / "state.json").write_text(json.dumps(state))
+    return runner, runner_mod.Attempt("r1-s000-a1", path)
+
+
+@pytest.mark.parametrize("skew", [-300.0, 300.0, 86400.0])
+def test_a_wall_clock_jump_never_makes_a_step_overdue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      skew: float) -> None:
+    now = time.time()
+    runner, att = attempt_with_state(tmp_path, launched_at=now, launched_mono=time.monotonic(),
+                                     boot_id=runner_mod.boot_id(), timeout_s=120, deadline=now + 120)
+    monkeypatch.setattr(runner_mod.time, "time", lambda: now + skew)
+    assert not runner.overdue(att)
+
+
+def test_the_timeout_runs_from_the_monotonic_launch(tmp_path: Path) -> None:
+    runner, att = attempt_with_state(tmp_path, launched_at=time.time(), launched_mono=time.monotonic() - 121,
+                                     boot_id=runner_mod.boot_id(), timeout_s=120)
+    assert runner.overdue(att)
+
+
+def test_after_a_reboot_or_from_an_older_agent_the_hosts_own_launch_time_counts(tmp_path: Path) -> None:
+    runner, att = attempt_with_state(tmp_path, launched_at=time.time() - 10, launched_mono=1.0, boot_id="other",
+                                     timeout_s=120)
+    assert not runner.overdue(att)
+    runner, att = attempt_with_state(tmp_path / "b", launched_at=time.time() - 200, deadline=time.time() - 80)
+    assert runner.overdue(att)
+
+
+def test_start_cancel_report_and_net_fields_are_bounded() -> None:
+    from pydantic import ValidationError
+
+    from labcontract.protocol import CancelStep, NetStart, ReportStep
+
+    good = payload("/dev/loop3")
+    StartStep.model_validate(good)
+    for bad in ({"run_id": "../r"}, {"step_id": "a/b"}, {"attempt_id": "a..b"}, {"host": "h 1"},
+                {"devices": ["/dev/loop3\n[evil]"]}, {"job_name": "p]\n[x"}, {"timeout_s": 10**12},
+                {"dispatched_at": float("nan")}, {"status_interval_s": 0}, {"suite": "../s"}):
+        with pytest.raises(ValidationError):
+            StartStep.model_validate({**good, **bad})
+    for model, data in ((CancelStep, {"attempt_id": "../x", "reason": "r"}), (ReportStep, {"attempt_id": "a/b"}),
+                        (NetStart, {"role": "initiator", "paths": ["p1"], "mtu": 1500, "start_at": 1.0,
+                                    "seconds": 10, "iqn": "iqn.x; rm -rf /"})):
+        with pytest.raises(ValidationError):
+            model.model_validate(data)
