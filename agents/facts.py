@@ -20,7 +20,7 @@ import subprocess
 from collections.abc import Sequence
 
 from labcontract.errors import ConfigError
-from labcontract.facts import BlockDevice, DeclaredDut, HostFacts
+from labcontract.facts import DUT_PATH, BlockDevice, DeclaredDut, HostFacts
 
 __all__ = [
     "BY_ID_DIR",
@@ -365,6 +365,9 @@ def declare_dut(spec: str, devices: Sequence[BlockDevice], *, sys_root: str = "/
         raise _dut_error(spec, f"cannot stat {given}: {exc.strerror or exc}") from None
     resolved = os.path.realpath(given)
     shown = given if resolved == given else f"{given} (-> {resolved})"
+    if not re.fullmatch(DUT_PATH[1:-1], resolved):
+        raise _dut_error(spec, f"{shown}: a DUT path holds only letters, digits and / _ . : + @ , - "
+                               "(fio's job file and the start message take no other)")
 
     if stat.S_ISDIR(st.st_mode):
         raise _dut_error(

@@ -87,8 +87,15 @@ def _agent_rule(host: str) -> str:
     queue = f"agent.{host}"      # labcontract.protocol.agent_queue; kombu priority_steps [0]: no variants
     keys = [queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}", *unacked_keys(host).values(),
             f"lab:live:{host}"]
-    return (" ".join(f"~{k}" for k in keys) + f" %W~lab:events:{host} "
-            f"-@all {_CONNECT} {_DATA} +xadd {_SCRIPTS} -@dangerous")
+    # its events stream in a selector of its own: XADD only (with the root's DEL/PEXPIRE/RENAME on it, an agent
+    # could remove the stream and its group at will: NOGROUP on every multi-stream read of the controller)
+    return (" ".join(f"~{k}" for k in keys) + f" -@all {_CONNECT} {_DATA} +xadd {_SCRIPTS} -@dangerous "
+            f"(%W~lab:events:{host} +xadd)")
+
+
+def acl_args(rules: str) -> list[str]:
+    """``rules`` as ACL SETUSER arguments: words, a ``(selector)`` kept whole."""
+    return re.findall(r"\([^)]*\)|\S+", rules)
 
 
 def acl_rules(user: str) -> str:
@@ -99,8 +106,10 @@ def acl_rules(user: str) -> str:
         return (f"resetchannels ~lab:* ~agent.* %R~_kombu.* -@all {_CONNECT} {_DATA} +@stream {_SCRIPTS} "
                 "-@dangerous")
     if user == LABCTL or user.startswith(LABCTL + "-"):
-        return ("resetchannels %W~lab:commands ~lab:reply:* %R~lab:live:* "
-                f"-@all {_CONNECT} +xadd +blpop +brpop +lpop +del +get +exists -@dangerous")
+        # lab:commands in a selector: XADD only (with +del on it, a labctl user removed the stream and its group:
+        # NOGROUP on every read of the controller; and +xadd no longer reaches the reply lists)
+        return ("resetchannels ~lab:reply:* %R~lab:live:* "
+                f"-@all {_CONNECT} +blpop +brpop +lpop +del +get +exists -@dangerous (%W~lab:commands +xadd)")
     if user.startswith(AGENT_PREFIX):
         return "resetchannels " + _agent_rule(user[len(AGENT_PREFIX):])
     raise ConfigError("ACL", user, f"unknown lab user (known: {ADMIN}, {CONTROLLER}, {LABCTL}, {AGENT_PREFIX}<host>)")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 
 class BlockDevice(BaseModel):
@@ -51,13 +51,37 @@ class HostFacts(BaseModel):
     net_paths: tuple[NetPathDecl, ...] = ()   # declared network paths (network tests)
 
 
+# a DUT's path as a start message (DeviceRef) and a fio job file (filename) take it: no space, '=', '$', ';',
+# bracket or quote (one the controller could not render made every scheduling pass raise and the controller exit)
+DUT_PATH = r"^/[A-Za-z0-9/_.:+@,-]{0,511}$"
+
+
+def _observed(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An interlock observation the controller can read back (labcontract.interlock.observed_from_dict) with
+    values of their types: a malformed one made every scheduling pass of a writing step raise (TypeError)."""
+    from labcontract.interlock import observed_from_dict
+
+    if v is None:
+        return v
+    try:
+        o = observed_from_dict(v)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"not an interlock observation: {e}") from None
+    texts = [o.path, o.real_path, o.probe_error, *o.mountpoints, *o.holders,
+             *(x for sig in o.signatures for x in (sig.type, sig.kind, sig.offset or ""))]
+    if not all(isinstance(t, str) for t in texts) or not all(
+            isinstance(b, bool) for b in (o.exists, o.swap, o.backs_root)):
+        raise ValueError("not an interlock observation: a value of the wrong type")
+    return v
+
+
 class DeclaredDut(BaseModel):
     """A device an agent is allowed to run workloads on (and write to)."""
 
     model_config = ConfigDict(frozen=True)
 
     name: str
-    path: str
+    path: Annotated[str, Field(pattern=DUT_PATH)]
     kind: Literal["block", "file"]
     size_bytes: int
     model: str | None = None
@@ -65,4 +89,5 @@ class DeclaredDut(BaseModel):
     firmware: str | None = None
     by_id: str | None = None
     wipe_ok: bool = False                    # its on-disk signatures may be destroyed (see labcontract.interlock)
-    observed: dict[str, Any] | None = None   # the interlock's observation, refreshed with each registration
+    # the interlock's observation, refreshed with each registration
+    observed: Annotated[dict[str, Any] | None, AfterValidator(_observed)] = None

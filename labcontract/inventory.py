@@ -98,7 +98,7 @@ class Dut(BaseModel):
         if kind == "block" and (not BY_ID_PATH.match(v) or not DEV_PATH.match(v) or ".." in v):
             raise ValueError(f"{v!r}: not a safe device path (/dev/disk/by-id/NAME, NAME of letters, digits "
                              "and . _ : + -; no '..')")
-        if kind == "loop" and not re.match(r"^/dev/loop\d{1,6}$", v):
+        if kind == "loop" and not re.match(r"^/dev/loop\d{1,6}\Z", v):
             raise ValueError(f"{v!r}: a loop DUT is /dev/loopN")
         if kind == "file" and not v.startswith("/"):
             raise ValueError(f"{v!r}: a file DUT needs an absolute path")

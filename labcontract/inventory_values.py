@@ -10,12 +10,13 @@ from typing import Annotated
 from pydantic import Field
 
 SAFE_CHARS = "letters, digits and . _ / : + -"
-BY_ID_PATH = re.compile(r"^/dev/disk/by-id/[A-Za-z0-9._:+-]{1,200}$")
-DEV_PATH = re.compile(r"^/dev/[A-Za-z0-9._/:+-]{1,200}$")
-SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/:+-]{0,400}$")
-HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62})$")
+# \Z, not $: "$" also matches before a final newline ("/dev/disk/by-id/x\n" passed and broke the udev rule)
+BY_ID_PATH = re.compile(r"^/dev/disk/by-id/[A-Za-z0-9._:+-]{1,200}\Z")
+DEV_PATH = re.compile(r"^/dev/[A-Za-z0-9._/:+-]{1,200}\Z")
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/:+-]{0,400}\Z")
+HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62})\Z")
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-DNS_NAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+DNS_NAME = re.compile(rf"^(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*\Z")
 Serial = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:+-]{1,128}$")]
 UserName = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
 

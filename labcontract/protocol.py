@@ -26,7 +26,7 @@ import time
 import zlib
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from labcontract.errors import ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
@@ -95,7 +95,7 @@ class NetStart(BaseModel):
 
     role: Literal["target", "initiator"]
     paths: Annotated[tuple[NetPathName, ...], Field(max_length=8)]
-    mtu: Annotated[int, Field(ge=68, le=65535)]
+    mtu: Literal[1500, 9000]     # the suite's allowlist (NET_MTUS): with --manage-mtu the agent sets it on the NIC
     tool: Literal["fio", "iscsi"] = "fio"
     start_at: StartFloat         # epoch seconds: every host of the step starts its tools then
     seconds: Annotated[int, Field(ge=0, le=MAX_STEP_TIMEOUT_S)]   # the target's window (initiators: workload's)
@@ -136,6 +136,7 @@ class ReportStep(Message):
 # --- agent -> controller ----------------------------------------------------------------
 
 ARTIFACT_MAX_BYTES = 128 << 20     # one artifact, decompressed (a long precondition round's fio.json stream)
+ARTIFACTS_TOTAL_MAX_BYTES = 3 * ARTIFACT_MAX_BYTES   # all of one event's, decompressed (32 x 128 MiB was 4 GiB)
 _CHUNK = 1 << 20
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")     # a host name as events and streams carry it
 HostName = Annotated[str, Field(pattern=HOST_RE.pattern)]
@@ -252,6 +253,18 @@ class StepEnded(Event):
     fio_ended_at: Finite | None = None
     artifacts: Annotated[tuple[Artifact, ...], Field(max_length=32)] = ()
 
+    @model_validator(mode="after")
+    def _artifacts_bounded(self) -> StepEnded:
+        """Names once each, sizes (checked against the content when it is inflated) within the total: the
+        controller holds and stores them all."""
+        names = [a.name for a in self.artifacts]
+        if len(set(names)) != len(names):
+            raise ValueError("an artifact name appears twice")
+        total = sum(a.size for a in self.artifacts)
+        if total > ARTIFACTS_TOTAL_MAX_BYTES:
+            raise ValueError(f"artifacts of {total} bytes in all, over {ARTIFACTS_TOTAL_MAX_BYTES}")
+        return self
+
 
 class StepUnknown(Event):
     """Answer to a report request for an attempt the agent has no record of."""
@@ -353,22 +366,26 @@ class Submit(Message):
     reply_to: ReplyTo
 
 
+RunRef = Annotated[str, Field(max_length=64)]     # a run id as commands name it (looked up, never a path)
+
+
 class Cancel(Message):
     type: Literal["cancel"] = "cancel"
-    run_id: str
-    reason: str = "cancelled by user"
+    run_id: RunRef
+    reason: Annotated[str, Field(max_length=4096)] = "cancelled by user"   # stored on the run and each of its
+    # steps, and sent in CancelStep (max 4096): unbounded, one command wrote MBs per step and a longer one failed
     reply_to: ReplyTo
 
 
 class Pause(Message):
     type: Literal["pause"] = "pause"
-    run_id: str
+    run_id: RunRef
     reply_to: ReplyTo
 
 
 class Resume(Message):
     type: Literal["resume"] = "resume"
-    run_id: str
+    run_id: RunRef
     reply_to: ReplyTo
 
 
@@ -377,15 +394,15 @@ class ScheduleAdd(Message):
 
     type: Literal["schedule_add"] = "schedule_add"
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
-    cron: str
+    cron: Annotated[str, Field(max_length=256)]
     submit: Submit
-    expires_after_s: int | None = None
+    expires_after_s: Annotated[int, Field(ge=0, le=10 * 365 * 86400)] | None = None
     reply_to: ReplyTo
 
 
 class ScheduleRemove(Message):
     type: Literal["schedule_rm"] = "schedule_rm"
-    name: str
+    name: Annotated[str, Field(max_length=64)]
     reply_to: ReplyTo
 
 
@@ -393,8 +410,8 @@ class Release(Message):
     """Return a quarantined host (``device`` None) or one of its DUTs to scheduling."""
 
     type: Literal["release"] = "release"
-    host: str
-    device: str | None = None
+    host: Annotated[str, Field(max_length=64)]
+    device: Annotated[str, Field(max_length=512)] | None = None
     reply_to: ReplyTo
 
 

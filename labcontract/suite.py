@@ -35,7 +35,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from labcontract.errors import Problem, SuiteError
 from labcontract.suitebounds import load_yaml, raw_cell_count
@@ -57,6 +66,7 @@ MAX_RUNTIME_S = 7 * 86400             # a runtime (or precondition round) of at 
 MAX_RAMP_S = 86400                    # a ramp time of at most 1 day
 MAX_FOOTPRINT_BYTES = 1 << 50         # an absolute footprint of at most 1 PiB (and the DUT's size, at submit)
 MAX_IODEPTH, MAX_NUMJOBS = 65536, 4096
+MAX_INFLIGHT_BYTES = 16 << 30         # numjobs x iodepth x bs: the I/O buffers fio allocates per device
 MIN_FOOTPRINT_PCT = 0.01
 
 _FOOTPRINT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
@@ -64,7 +74,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # a resolved workload's name (a cell name: profile, dims and OP mode joined by '.'; '%' from a footprint sweep)
 WORKLOAD_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.%-]{0,199}$"
 # a resolved footprint: a percentage (at most 9 decimals) or a whole number of bytes, nothing else
-_WORKLOAD_FOOTPRINT = re.compile(r"^(?:(\d{1,3}(?:\.\d{1,9})?)%|(\d{1,16}))$")
+_WORKLOAD_FOOTPRINT = re.compile(r"^(?:(\d{1,3}(?:\.\d{1,9})?)%|(\d{1,16}))\Z")   # \Z: no final newline
 _OP_MODE = re.compile(r"^(stock|hp:(\d{1,2}))$")
 
 
@@ -175,6 +185,16 @@ class Workload(BaseModel):
     refill_buffers: bool = False
     norandommap: bool = False
     randrepeat: bool = True
+
+    @model_validator(mode="after")
+    def _inflight(self) -> Workload:
+        """Each bound alone still allows 4096 jobs x 65536 deep x 64 MiB: fio would take the host's memory."""
+        inflight = self.numjobs * self.iodepth * self.bs
+        if inflight > MAX_INFLIGHT_BYTES:
+            raise ValueError(f"numjobs x iodepth x bs = {self.numjobs} x {self.iodepth} x {format_size(self.bs)} "
+                             f"= {format_size(inflight)} of I/O buffers per device, over the ceiling of "
+                             f"{format_size(MAX_INFLIGHT_BYTES)}")
+        return self
 
     @property
     def expected_seconds(self) -> int:

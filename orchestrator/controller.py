@@ -844,7 +844,47 @@ class Controller:
         return bool(host and host.last_seen and self.clock() - host.last_seen <= self.tuning.heartbeat_timeout_s)
 
     def schedule(self) -> None:
-        """Expire what can no longer start; dispatch what the scheduling rules allow (orchestrator.scheduling)."""
+        """Expire what can no longer start; dispatch what the scheduling rules allow (orchestrator.scheduling).
+
+        A step that cannot be started (a value that breaks its job or its message: data, not a fault) must not
+        stop the loop, nor the other runs: the pass is then done again one step at a time, and the step that
+        still fails is failed with the reason. Transient faults propagate (the loop waits them out)."""
+        try:
+            self._schedule()
+        except Exception as e:
+            if transient_kind(e) is not None:
+                raise
+            log.error("a scheduling pass failed (%s: %s); starting its steps one at a time", type(e).__name__, e)
+            self._schedule_one_by_one()
+
+    def _schedule_one_by_one(self) -> None:
+        with self.sessions() as s:
+            runs = list(s.scalars(select(Run).where(Run.state.in_([RunState.QUEUED, RunState.RUNNING]))))
+            hosts = {h.name: h for h in s.scalars(select(Host).options(selectinload(Host.devices)))}
+            summary = StepSummary.of(s, [r.id for r in runs])
+            picked = [(run.id, step.id, step.name) for run, step in
+                      decide(runs, hosts, self.clock(), self.host_up, summary).dispatch[:self.tuning.dispatch_batch]]
+        for run_id, step_id, name in picked:
+            try:
+                self._schedule(only=(run_id, step_id))
+            except Exception as e:
+                if transient_kind(e) is not None:
+                    raise
+                why = f"could not be started: {type(e).__name__}: {str(e)[:500]}"
+                log.error("step %s", why, extra={"run": run_id, "step": name})
+                with self.sessions.begin() as s:
+                    step = s.get(Step, step_id)
+                    if step is None or step.state != StepState.PENDING:
+                        continue
+                    check_step("step", step.id, step.state, StepState.FAILED)
+                    step.state, step.reason, step.ended_at = str(StepState.FAILED), why, self.clock()
+                    if step.run.state == RunState.QUEUED:
+                        step.run.started_at = self.clock()
+                    self._abandon_rest(step.run, f"not run: {step.name} {why}")
+                    self._finish_run_if_done(step.run)
+
+    def _schedule(self, only: tuple[str, str] | None = None) -> None:
+        """One scheduling pass; ``only`` (run id, step id): start that step alone, if it is still due."""
         now = self.clock()
         with self.sessions.begin() as s:
             runs = list(s.scalars(select(Run).where(Run.state.in_(
@@ -861,8 +901,10 @@ class Controller:
                 self._stop_if_quarantined(run, hosts, summary)
             live = [r for r in runs if r.state not in TERMINAL_RUN]
             decision = decide(live, hosts, now, self.host_up, summary)
+            due = decision.dispatch[:self.tuning.dispatch_batch] if only is None else \
+                [(run, step) for run, step in decision.dispatch if (run.id, step.id) == only]
             started = [(run, step, self._new_attempt(s, run, step, now))
-                       for run, step in self._with_groups(decision.dispatch[:self.tuning.dispatch_batch])
+                       for run, step in self._with_groups(due)
                        if not self._interlocked(run, step, hosts.get(run.host))]
             to_send = [msg for _run, step, msg in started if step.kind not in LOCAL_KINDS]
             local = [self._local_step(run, step, msg) for run, step, msg in started if step.kind in LOCAL_KINDS]
@@ -1042,7 +1084,10 @@ class Controller:
                     continue
                 up = self.host_up(hosts.get(att.host))
                 if att.state == StepState.RUNNING and not up:
-                    self._move(att, StepState.LOST, f"host {att.host} stopped heartbeating")
+                    row = hosts.get(att.host)
+                    why = (f"host {att.host} is incompatible: {row.incompatible}" if row is not None
+                           and row.incompatible else f"host {att.host} stopped heartbeating")
+                    self._move(att, StepState.LOST, why)
                     att.lost_at = now
                     log.warning("step LOST: host silent for more than %.0fs", self.tuning.heartbeat_timeout_s,
                                 extra=self._ctx(att))

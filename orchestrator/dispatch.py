@@ -22,6 +22,10 @@ from labcontract.protocol import (
 from labcontract.transport import celery_settings, redis_client
 from orchestrator.celery_wire import QueuePusher, TaskEncoder
 
+# a host's claimed clock lead taken into a message's expiry at most this much (Register.sent_at is the agent's word:
+# 1e12 s overflowed Celery's expiry date and broke every dispatch of the controller's pass)
+MAX_SKEW_S = 86400.0
+
 
 class Dispatcher:
     def __init__(self, broker_url: str, *, expires_s: float) -> None:
@@ -40,8 +44,9 @@ class Dispatcher:
         # argsrepr: a short label instead of Celery's saferepr of the whole payload
         label = getattr(msg, "attempt_id", "") or type(msg).__name__
         queue = agent_queue(host)
+        lead = min(max(0.0, self.skew_s.get(host, 0.0)), MAX_SKEW_S)
         return queue, self.encoder.encode(task, [msg.model_dump(mode="json")], queue=queue,
-                                          expires_s=self.expires_s + max(0.0, self.skew_s.get(host, 0.0)),
+                                          expires_s=self.expires_s + lead,
                                           argsrepr=f"({label})")
 
     def start(self, msg: StartStep) -> None:

@@ -47,6 +47,8 @@ def apply(host: Host, checks: Iterable[HealthCheck], now: float, quarantine_afte
     health = dict(host.health or {})
     out: list[Quarantined] = []
     for raw in checks:
+        if raw.target != host.name and device_of(host, raw.target) is None:
+            continue        # about nothing this host declares: never kept (1024 new keys a heartbeat grew host.health)
         check = judge_serial(host, raw)
         key = f"{check.check} {check.target}"
         prev = health.get(key, {})

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONSUMER = "controller-1"
-BATCH = 200                     # entries per stream and read
+BATCH = 32                      # entries per stream and read (with proto-max-bulk-len: a read's memory is bounded)
 DEADLETTER_MAXLEN = 10_000      # approximate: the dead-letter stream keeps about this many entries
 DEADLETTER_RAW_BYTES = 4096     # of a refused entry, this much is kept
 DISCOVER_EVERY_S = 2.0          # SCAN for new agents' streams this often
@@ -72,7 +72,7 @@ def host_of(stream: str) -> str | None:
 
 
 def valid_reply_to(reply_to: object) -> bool:
-    return isinstance(reply_to, str) and REPLY_TO_RE.match(reply_to) is not None
+    return isinstance(reply_to, str) and REPLY_TO_RE.fullmatch(reply_to) is not None
 
 
 def salvage_reply_to(data: object) -> str | None:
@@ -174,11 +174,11 @@ class Streams:
         now = self.clock()
         if not force and self._scanned_at is not None and now - self._scanned_at < DISCOVER_EVERY_S:
             return
-        found = {COMMANDS_STREAM, EVENTS_STREAM} | {EVENTS_STREAM_PREFIX + h for h in hosts() if HOST_RE.match(h)}
+        found = {COMMANDS_STREAM, EVENTS_STREAM} | {EVENTS_STREAM_PREFIX + h for h in hosts() if HOST_RE.fullmatch(h)}
         for key in self.redis.scan_iter(match=EVENTS_STREAM_PREFIX + "*", count=1000, _type="stream"):
             name = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
             host = host_of(name)
-            if host is not None and HOST_RE.match(host) and isinstance(key, bytes) and key == name.encode():
+            if host is not None and HOST_RE.fullmatch(host) and isinstance(key, bytes) and key == name.encode():
                 found.add(name)
             elif name not in self._ignored:
                 self._ignored.add(name)

@@ -27,6 +27,7 @@ from labcontract.brokerauth import (
     CONTROLLER,
     LABCTL,
     SecretDir,
+    acl_args,
     acl_rules,
     agent_user,
     lab_users,
@@ -151,7 +152,8 @@ class Lab:
         self._write_acl()
         argv = [exe, "--bind", " ".join(bind), "--save", "", "--appendonly", "yes",
                 "--appendfsync", "everysec", "--dir", str(data), "--protected-mode", "yes",
-                "--aclfile", str(self._acl_file)]
+                "--aclfile", str(self._acl_file), "--maxmemory", "1gb", "--maxmemory-policy", "noeviction",
+                "--proto-max-bulk-len", "64mb"]
         scheme = "redis"
         if tls is not None:
             scheme = "rediss"
@@ -190,7 +192,7 @@ class Lab:
         if host not in self._acl_hosts:
             assert self._secrets and self.admin_url
             user = agent_user(host)
-            rules = acl_rules(user).split()
+            rules = acl_args(acl_rules(user))
             self._acl_hosts.add(host)
             self._write_acl()
             admin: Any = redis_client(self.admin_url)

@@ -17,6 +17,7 @@ from labcontract.brokerauth import check_agent_user
 from labcontract.errors import ConfigError
 from labcontract.logs import setup_logging
 from labcontract.metrics_http import MetricsServer, split_host_port
+from labcontract.protocol import HOST_RE
 from labcontract.telemetry import DEFAULT_AGENT_METRICS_PORT
 from labcontract.transport import redis_client
 
@@ -75,6 +76,8 @@ def read_mtu_or_none(iface: str) -> int | None:
 def main(opts: AgentOptions) -> None:
     host = opts.host or socket.gethostname().split(".")[0]
     setup_logging(opts.log_level, host=host, logfile=opts.logfile)
+    if not HOST_RE.match(host):       # the controller would refuse every event of this host's stream
+        raise ConfigError("--host", host, f"not a valid host name (must match {HOST_RE.pattern})")
     check_agent_user(opts.broker_url, host)          # its broker user is agent-<host> (or a shared one)
     decls = tuple(parse_net_decl(spec) for spec in opts.net_paths)
     twice = sorted({d.name for d in decls if sum(e.name == d.name for e in decls) > 1})

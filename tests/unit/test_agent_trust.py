@@ -169,3 +169,14 @@ def test_start_cancel_report_and_net_fields_are_bounded() -> None:
                                     "seconds": 10, "iqn": "iqn.x; rm -rf /"})):
         with pytest.raises(ValidationError):
             model.model_validate(data)
+
+
+def test_agent_refuses_a_host_name_its_events_could_not_carry(tmp_path: Path) -> None:
+    """A host name the controller would refuse on every event (and that could name another key) stops the
+    agent at start, naming the option, before it connects anywhere."""
+    from agents.cmd.agent import AgentOptions, main
+    from labcontract.errors import ConfigError
+
+    for bad in ("a:b", "../x", "h*", "x" * 65):
+        with pytest.raises(ConfigError, match="--host"):
+            main(AgentOptions(broker_url="redis://127.0.0.1:1/0", state_dir=tmp_path, dut_specs=(), host=bad))

@@ -191,3 +191,30 @@ def test_device_group_naming_a_device_twice_or_the_wrong_count_is_refused(env: A
     assert msg.devices == ("/dev/loop9", "/dev/loop8") and msg.run_id == "g3"
     with db() as s:
         assert s.scalar(select(func.count()).select_from(Run)) == 1
+
+
+def test_a_step_that_cannot_be_started_fails_alone_and_the_loop_goes_on(env: Any, monkeypatch: Any) -> None:
+    """A value that breaks one step's start message (data, not a fault) fails that step with the reason; the
+    pass is redone step by step, so the other run on another host still starts, and schedule() never raises
+    (it used to stop the controller, and again at every restart)."""
+    ctl, disp, _clock, db = env
+    ctl.handle_event(Register(host="h2", agent_version="0.1.0", facts=HostFacts(hostname="h2", fio_version="fio-3.33"),
+                              duts=(DeclaredDut(name="dut0", path="/dev/loop8", kind="block", size_bytes=1 << 30),)))
+    assert submit(ctl, run_id="rbad").ok and submit(ctl, host="h2", run_id="rgood").ok
+    real = Controller._start_msg
+
+    def broken(self: Controller, run: Any, step: Any, att: Any) -> Any:
+        if run.id == "rbad":
+            raise OverflowError("date value out of range")
+        return real(self, run, step, att)
+
+    monkeypatch.setattr(Controller, "_start_msg", broken)
+    ctl.schedule()
+    assert [m.run_id for m in disp.starts()] == ["rgood"]
+    with db() as s:
+        bad = s.get(Run, "rbad")
+        assert bad is not None and bad.state == "FAILED"
+        assert bad.steps[0].reason == "could not be started: OverflowError: date value out of range"
+        assert all(st.state == "FAILED" for st in bad.steps) and not bad.steps[0].attempts
+    ctl.schedule()                                  # and the next pass is an ordinary one
+    assert [m.run_id for m in disp.starts()] == ["rgood"]

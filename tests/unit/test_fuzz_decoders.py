@@ -71,7 +71,8 @@ def valid_events() -> list[dict[str, Any]]:
                                                  by_id=("/dev/disk/by-id/x",), backing_file="/tmp/x.img"),),
                       metrics_address="127.0.0.1:9100", net_paths=(NetPathDecl(name="p0", iface="lo", mtu=1500),))
     dut = DeclaredDut(name="dut0", path="/dev/disk/by-id/lab-dut0", kind="block", size_bytes=1 << 27, serial="S1",
-                      wipe_ok=True, observed={"signatures": []})
+                      wipe_ok=True, observed={"path": "/dev/disk/by-id/lab-dut0", "real_path": "/dev/loop3",
+                                              "signatures": []})
     health = (HealthCheck(check="present", target="/dev/disk/by-id/lab-dut0", ok=False, detail="gone"),
               HealthCheck(check="serial", target="/dev/disk/by-id/lab-dut0", ok=True, observed="S1"))
     events: list[Message] = [

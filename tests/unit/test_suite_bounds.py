@@ -214,3 +214,14 @@ def test_submit_fields_are_bounded() -> None:
                 {"host": "h/../x"}):
         with pytest.raises(ValidationError):
             Submit.model_validate({**base, **bad})
+
+
+def test_in_flight_buffers_are_bounded_per_device() -> None:
+    """Each bound alone allows 4096 jobs x 65536 deep x 64 MiB (fio would take the host's memory); their
+    product is capped, named by the profile, and a heavy but real ladder point still loads."""
+    with pytest.raises(SuiteError) as e:
+        parse_suite("suite: s\nprofiles:\n  - {name: p, rw: randread, bs: 64m, iodepth: 4096, numjobs: 64}\n", "x.yaml")
+    assert "profiles[0]: numjobs x iodepth x bs = 64 x 4096 x 64m = 16t of I/O buffers per device, over the " \
+           "ceiling of 16g" in str(e.value)
+    assert len(parse_suite("suite: s\nprofiles:\n  - {name: p, rw: randread, bs: 1m, iodepth: 256, numjobs: 16}\n",
+                           "x.yaml").cells) == 1
