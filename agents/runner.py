@@ -40,12 +40,13 @@ from pathlib import Path
 from labcontract.errors import FioError
 from labcontract.facts import DeclaredDut, NetPathDecl
 from labcontract.fiojob import JobSection, check_job, render_job
-from labcontract.protocol import Artifact, StartStep, StepEnded
+from labcontract.protocol import ARTIFACT_MAX_BYTES, Artifact, StartStep, StepEnded
 
 log = logging.getLogger(__name__)
 
 _WRAPPER = '"$@" >fio.stdout 2>fio.stderr; echo $? >rc.tmp; mv rc.tmp rc'
 ARTIFACTS = ("job.fio", "fio.json", "fio.stderr", "purge.sh", "net-spec.json", "net.json")
+STDERR_TAIL_BYTES = 1 << 20      # fio.stderr is sent as its last MiB
 
 
 def purge_script(duts: Sequence[DeclaredDut]) -> str:
@@ -318,10 +319,20 @@ class FioRunner:
         """The end report of an attempt whose fio is no longer running."""
         st = attempt.state()
         rc = attempt.exit_code
-        arts = []
+        arts, too_big = [], []
         for name in ARTIFACTS:
             f = attempt.file(name)
-            if f.exists():
+            if not f.exists():
+                continue
+            size = f.stat().st_size
+            if name == "fio.stderr" and size > STDERR_TAIL_BYTES:     # a chatty fio: its last words are the news
+                with f.open("rb") as fh:
+                    fh.seek(size - STDERR_TAIL_BYTES)
+                    tail = fh.read()
+                arts.append(Artifact.of(name, f"[first {size - len(tail)} bytes left out]\n".encode() + tail))
+            elif size > ARTIFACT_MAX_BYTES:        # an event could not carry it: the end is reported without it
+                too_big.append(f"{name} ({size} bytes)")
+            else:
                 arts.append(Artifact.of(name, f.read_bytes()))
         launched = st.get("launched_at")
         ended = attempt.file("rc").stat().st_mtime if attempt.file("rc").exists() else None
@@ -336,6 +347,9 @@ class FioRunner:
             outcome, reason = "error", "fio ended without recording an exit code (killed with its wrapper)"
         else:
             outcome, reason = "exited", ""
+        if too_big:
+            left = f"over the {ARTIFACT_MAX_BYTES >> 20} MiB limit of an artifact, not sent: {', '.join(too_big)}"
+            outcome, reason = ("error", left) if outcome == "exited" else (outcome, f"{reason}; {left}"[-4096:])
         return StepEnded(host=host, attempt_id=attempt.attempt_id, outcome=outcome, reason=reason,
                          exit_code=rc, fio_started_at=launched if isinstance(launched, float) else None,
                          fio_ended_at=ended, artifacts=tuple(arts))

@@ -180,3 +180,23 @@ def test_agent_refuses_a_host_name_its_events_could_not_carry(tmp_path: Path) ->
     for bad in ("a:b", "../x", "h*", "x" * 65):
         with pytest.raises(ConfigError, match="--host"):
             main(AgentOptions(broker_url="redis://127.0.0.1:1/0", state_dir=tmp_path, dut_specs=(), host=bad))
+
+
+def test_an_oversized_artifact_never_keeps_the_end_from_being_reported(tmp_path: Path, monkeypatch: Any) -> None:
+    """An event cannot carry an artifact over the limit (it used to raise in collect(), so the attempt's end was
+    never reported): fio.stderr is sent as its last MiB, anything else too big is left out and the end says so."""
+    monkeypatch.setattr(runner_mod, "ARTIFACT_MAX_BYTES", 4096)
+    monkeypatch.setattr(runner_mod, "STDERR_TAIL_BYTES", 1024)
+    runner = FioRunner(tmp_path / "state", "fio")
+    attempt = runner_mod.Attempt("r1-s000-a1", runner.attempt_path("r1-s000-a1"))
+    attempt.path.mkdir(parents=True)
+    attempt.file("rc").write_text("0\n")
+    attempt.file("fio.json").write_bytes(b"{" + b" " * 5000 + b"}")
+    attempt.file("fio.stderr").write_bytes(b"x" * 3000 + b"the last words")
+    attempt.file("job.fio").write_text("[global]\n")
+    ended = runner.collect(attempt, "h1")
+    assert ended.outcome == "error"
+    assert ended.reason == "over the 0 MiB limit of an artifact, not sent: fio.json (5002 bytes)"
+    arts = {a.name: a.content() for a in ended.artifacts}
+    assert set(arts) == {"job.fio", "fio.stderr"}
+    assert arts["fio.stderr"].startswith(b"[first 1990 bytes left out]\n") and arts["fio.stderr"].endswith(b"words")
