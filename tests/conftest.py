@@ -35,6 +35,15 @@ profiles:
   - {name: 8k-randrw, rw: randrw, bs: 8k, rwmixread: 70, iodepth: 4, numjobs: 2}
 """
 
+# three short steps: time for a fault, a take-over or a restart to land between them
+THREE_STEPS = """\
+suite: three
+profiles:
+  - {name: a, rw: randread, bs: 4k, iodepth: 4, runtime: 2s}
+  - {name: b, rw: randread, bs: 8k, iodepth: 4, runtime: 2s}
+  - {name: c, rw: read, bs: 64k, iodepth: 4, runtime: 2s}
+"""
+
 
 def pid_alive(pid: int) -> bool:
     """Whether a process (e.g. a fio the agent left in its own session) still exists."""

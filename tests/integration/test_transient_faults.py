@@ -28,18 +28,10 @@ from labcontract.suite import parse_suite
 from orchestrator.client import ControllerClient
 from orchestrator.lab import Proc, redis_ping, wait_for
 from orchestrator.store.models import Attempt, Step
-from tests.conftest import QUICK_SUITE, LabHandle, start_lab
+from tests.conftest import QUICK_SUITE, THREE_STEPS, LabHandle, start_lab
 from tests.pg import start_postgres
 
 pytestmark = pytest.mark.integration
-
-THREE_STEPS = """\
-suite: three
-profiles:
-  - {name: a, rw: randread, bs: 4k, iodepth: 4, runtime: 2s}
-  - {name: b, rw: randread, bs: 8k, iodepth: 4, runtime: 2s}
-  - {name: c, rw: read, bs: 64k, iodepth: 4, runtime: 2s}
-"""
 
 
 @pytest.fixture

@@ -23,17 +23,9 @@ from orchestrator.lab import Lab, Proc, wait_for
 from orchestrator.lease import current
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Attempt, Result, Step
-from tests.conftest import QUICK_SUITE, LabHandle
+from tests.conftest import QUICK_SUITE, THREE_STEPS, LabHandle
 
 pytestmark = pytest.mark.integration
-
-THREE_STEPS = """\
-suite: three
-profiles:
-  - {name: a, rw: randread, bs: 4k, iodepth: 4, runtime: 2s}
-  - {name: b, rw: randread, bs: 8k, iodepth: 4, runtime: 2s}
-  - {name: c, rw: read, bs: 64k, iodepth: 4, runtime: 2s}
-"""
 
 
 def start_controller(lab: Lab, store: str, name: str, *extra: str) -> Proc:
