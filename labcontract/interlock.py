@@ -287,13 +287,6 @@ def _read(path: str) -> str:
         return ""
 
 
-def _run(argv: list[str]) -> str:
-    if shutil.which(argv[0]) is None:
-        return ""
-    res = subprocess.run(argv, capture_output=True, text=True, check=False)
-    return res.stdout if res.returncode == 0 else ""
-
-
 def _sys_block(name: str) -> str:
     return os.path.join("/sys/class/block", name)
 

@@ -318,13 +318,19 @@ def _first_error(e: ValidationError) -> str:
     return f"{err['msg']} at {'.'.join(str(x) for x in err['loc'])}"[:400]
 
 
-def decode_event(raw: str | bytes) -> Register | Heartbeat | StepStarted | StepEnded | StepUnknown:
-    data = parse_json(raw, "event")
+def _decode_entry(raw: str | bytes, what: str, adapter: TypeAdapter[Any]) -> Any:
+    """A stream entry: size first, then JSON, version, fields; every failure is a ProtocolError."""
+    data = parse_json(raw, what)
     check_version(data)
     try:
-        return _EVENT.validate_python(data)
+        return adapter.validate_python(data)
     except ValidationError as e:
-        raise ProtocolError(f"malformed event: {_first_error(e)}") from e
+        raise ProtocolError(f"malformed {what}: {_first_error(e)}") from e
+
+
+def decode_event(raw: str | bytes) -> Register | Heartbeat | StepStarted | StepEnded | StepUnknown:
+    event: Register | Heartbeat | StepStarted | StepEnded | StepUnknown = _decode_entry(raw, "event", _EVENT)
+    return event
 
 
 def other_version_register(raw: str | bytes) -> OtherVersion | None:
@@ -422,12 +428,9 @@ COMMAND = TypeAdapter(AnyCommand)
 
 def decode_command(raw: str | bytes) -> Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release:
     """A command from its stream entry (size first, then JSON, version, fields); every failure is a ProtocolError."""
-    data = parse_json(raw, "command")
-    check_version(data)
-    try:
-        return COMMAND.validate_python(data)
-    except ValidationError as e:
-        raise ProtocolError(f"malformed command: {_first_error(e)}") from e
+    cmd: Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release = _decode_entry(
+        raw, "command", COMMAND)
+    return cmd
 
 
 class Reply(Message):
