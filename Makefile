@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 LAB_DIR ?= $(CURDIR)/.lab
 DEMO_PKGS := fio redis-server util-linux python3-venv
-TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime
+TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime chromium
 
 .PHONY: demo test lint typecheck unit integration bench system-deps system-test-deps clean
 
@@ -33,6 +33,7 @@ bench: system-deps $(VENV)/.installed
 	$(PY) -m bench.overhead
 	$(PY) -m bench.pattern125
 	$(PY) -m bench.telemetry
+	$(PY) -m bench.report
 
 system-deps:
 	@scripts/ensure-packages $(DEMO_PKGS)

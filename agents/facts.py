@@ -19,6 +19,7 @@ import stat
 import subprocess
 from collections.abc import Sequence
 
+from agents.hwfacts import block_driver, cpu_sockets, dmi_facts, storage_controllers
 from labcontract.errors import ConfigError
 from labcontract.facts import DUT_PATH, BlockDevice, DeclaredDut, HostFacts
 
@@ -169,9 +170,10 @@ def fio_version(fio_binary: str = "fio") -> str | None:
 
 
 def collect_host_facts(
-    *, hostname: str | None = None, fio_binary: str = "fio", sys_root: str = "/"
+    *, hostname: str | None = None, fio_binary: str = "fio", sys_root: str = "/", lspci: str | None = "lspci"
 ) -> HostFacts:
-    """The facts an agent registers with: CPU, memory, kernel, OS, fio and block devices."""
+    """The facts an agent registers with: CPU, memory, kernel, OS, fio, block devices, and the platform a
+    review lists (DMI server/board/BIOS, sockets, PCI storage controllers: :mod:`agents.hwfacts`)."""
     cpuinfo = _read_text(_under(sys_root, "/proc/cpuinfo")) or ""
     cpu_model, processors, cores = _parse_cpuinfo(cpuinfo)
     threads = processors or os.cpu_count()
@@ -186,6 +188,9 @@ def collect_host_facts(
         os=_os_pretty_name(sys_root),
         fio_version=fio_version(fio_binary),
         block_devices=list_block_devices(sys_root),
+        cpu_sockets=cpu_sockets(cpuinfo, sys_root),
+        storage_controllers=storage_controllers(sys_root, lspci=lspci),
+        **dmi_facts(sys_root),
     )
 
 
@@ -270,6 +275,7 @@ def _block_device(
         by_id=tuple(sorted(by_id.get(dev_path, ()))),
         kind=kind,
         backing_file=_read_attr(os.path.join(sysdir, "loop", "backing_file")) if kind == "loop" else None,
+        **block_driver(adir, name),
     )
 
 

@@ -11,6 +11,9 @@
      ├── FioError                 fio could not be run, or its output could not be read
      ├── StoreError               the results store
      │    └── InvalidTransition   a state-machine transition that is not allowed
+     ├── ReportError              runs that cannot be reported, compared or exported as asked
+     │    ├── CompareError        fewer than two runs, no cell in common, network with storage
+     │    └── ExportError         an unknown format or table, an output that cannot be written
      └── ServiceError             a service (redis, controller) did not answer
 
 Catch :class:`LabError` at the edges (CLI, daemons); everything in between raises the
@@ -102,3 +105,15 @@ class InvalidTransition(StoreError):
 
 class ServiceError(LabError):
     pass
+
+
+class ReportError(LabError):
+    """Runs that cannot be reported, compared or exported as asked."""
+
+
+class CompareError(ReportError):
+    """Runs that cannot be compared: fewer than two, no cell in common, network with storage."""
+
+
+class ExportError(ReportError):
+    """An export that cannot be written as asked (format, table, output)."""

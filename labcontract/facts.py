@@ -21,11 +21,30 @@ class BlockDevice(BaseModel):
     by_id: tuple[str, ...] = ()    # /dev/disk/by-id/... links that resolve to this device
     kind: str | None = None        # disk, loop, part, ...
     backing_file: str | None = None  # for loop devices
+    # optional (agents before issue 13 send none): the kernel driver bound to the device (nvme, sd, virtio_blk,
+    # loop), its transport (pcie, sata, sas, virtio, ...) and the PCI slot of the controller it hangs off
+    driver: str | None = None
+    transport: str | None = None
+    controller: str | None = None
+
+
+class StorageController(BaseModel):
+    """A PCI mass-storage controller (class 0x01xxxx): HBA, RAID card, NVMe or virtio-blk function."""
+
+    model_config = ConfigDict(frozen=True)
+
+    slot: str                          # 0000:3b:00.0
+    class_name: str                    # "NVM Express", "SAS", "RAID", ...
+    vendor_id: str | None = None       # "0x144d"
+    device_id: str | None = None       # "0xa80a"
+    driver: str | None = None          # the bound kernel driver: nvme, mpt3sas, ahci, virtio-pci
+    name: str | None = None            # "Samsung Electronics Co Ltd NVMe SSD Controller" (lspci -mm), if known
 
 
 class NetPathDecl(BaseModel):
     """A network path an agent declares (``--net-path NAME=IFACE[@PEER]``): its interface, the address
-    of the far end (an initiator's target portal), and the interface's MTU when the agent started."""
+    of the far end (an initiator's target portal), and the interface's MTU and link speed (Mbit/s, as the
+    kernel reports it; None when the link is down or the driver does not say) when the agent started."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -33,6 +52,7 @@ class NetPathDecl(BaseModel):
     iface: str
     peer: str | None = None
     mtu: int | None = None
+    speed_mbit: int | None = Field(default=None, ge=1, le=10_000_000)
 
 
 class HostFacts(BaseModel):
@@ -49,6 +69,18 @@ class HostFacts(BaseModel):
     block_devices: tuple[BlockDevice, ...] = ()
     metrics_address: str | None = None  # "host:port" of the agent's Prometheus exporter, as reachable
     net_paths: tuple[NetPathDecl, ...] = ()   # declared network paths (network tests)
+    # Optional platform facts (issue 13; older agents send none, and a controller that does not know them
+    # ignores them: protocol 5 either way). DMI strings some hosts only let root read are None.
+    sys_vendor: str | None = None       # DMI: "Lenovo"
+    product_name: str | None = None     # DMI: "ThinkServer RD630"
+    product_version: str | None = None
+    board_vendor: str | None = None
+    board_name: str | None = None
+    bios_vendor: str | None = None
+    bios_version: str | None = None
+    bios_date: str | None = None
+    cpu_sockets: int | None = None      # distinct physical package ids
+    storage_controllers: Annotated[tuple[StorageController, ...], Field(max_length=256)] = ()
 
 
 # a DUT's path as a start message (DeviceRef) and a fio job file (filename) take it: no space, '=', '$', ';',

@@ -48,6 +48,7 @@ __all__ = [
     "DirectionStats",
     "LatencyStats",
     "StepMetrics",
+    "latency_bins",
     "parse_fio_groups",
     "parse_fio_output",
     "percentile_key",
@@ -502,6 +503,46 @@ def _step_metrics(r: _Reader, version: str, entries: Sequence[tuple[int, Any]]) 
         combined=combined,
         errors=errors,
     )
+
+
+#: A merged total-latency histogram: ``{"read": [[ns, count], ...], "write": [...]}``, ascending, counts > 0.
+LatBins = dict[str, list[list[int]]]
+
+
+def latency_bins(text: str | bytes, *, source: str = "fio output") -> tuple[LatBins, dict[str, LatBins]] | None:
+    """fio json+ total-latency (``lat_ns``) histogram bins, merged over every job entry and, separately, per
+    ``jobname`` (a device group's sections, see :func:`parse_fio_groups`); read and write apart.
+
+    Stored with a result so that any percentile or exceedance curve can be drawn later without the raw
+    output (the percentiles in ``metrics`` are only the six fio was asked for). Bin values are fio's bucket
+    values in ns, summed count by count exactly as :func:`percentiles_from_bins` merges them, so the
+    percentiles of the merged bins are the result's. None when a direction that did I/O has no bins
+    (plain ``json`` output, or job files without ``lat_percentiles=1``): nothing to store.
+    Raises :class:`~labcontract.errors.FioError` like :func:`parse_fio_output`.
+    """
+    r, _version, jobs = _report_jobs(text, source)
+    total: dict[str, dict[int, int]] = {"read": {}, "write": {}}
+    per: dict[str, dict[str, dict[int, int]]] = {}
+    for i, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            raise r.fail(f"jobs[{i}]: not an object")
+        name = str(job.get("jobname") or f"jobs[{i}]")
+        mine_both = per.setdefault(name, {"read": {}, "write": {}})
+        for direction in ("read", "write"):
+            acc = _DirAcc()
+            _read_direction(r, job, direction, f"jobs[{i}]", acc)
+            for part in acc.lat:
+                if part.bins is None:
+                    return None
+                mine = mine_both[direction]
+                for value, count in part.bins.items():
+                    mine[value] = mine.get(value, 0) + count
+                    total[direction][value] = total[direction].get(value, 0) + count
+
+    def pairs(bins: Mapping[str, Mapping[int, int]]) -> LatBins:
+        return {d: [[v, c] for v, c in sorted(b.items()) if c > 0] for d, b in bins.items()}
+
+    return pairs(total), {name: pairs(b) for name, b in per.items()}
 
 
 def summary_row(m: StepMetrics) -> dict[str, float]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -683,19 +684,36 @@ def builtin_suites() -> dict[str, Path]:
     return {p.stem: p for p in sorted(BUILTIN_DIR.glob("*.yaml"))}
 
 
+def is_bare_name(ref: str | Path) -> bool:
+    """Whether ``ref`` is spelled like a suite *name*: a string with no path separator and no ``.yaml`` /
+    ``.yml`` suffix (``demo``, not ``./demo``, ``suites/demo`` or ``demo.yaml``)."""
+    return (isinstance(ref, str) and ref not in ("", ".", "..") and "/" not in ref and os.sep not in ref
+            and not ref.endswith((".yaml", ".yml")))
+
+
 def load_suite(ref: str | Path) -> Suite:
-    """A suite file, or the name of a built-in suite (``labctl suite list``)."""
+    """A suite file, or the name of a built-in suite (``labctl suite list``).
+
+    A bare name (:func:`is_bare_name`) that a built-in suite carries is that built-in suite, whatever the
+    current directory holds: a folder or file called ``demo`` next to the user must not turn ``labctl demo``
+    into "cannot read: Is a directory". A file of such a name is reached as a path (``./demo``). A bare name
+    that is not built in is read as a file when one exists; anything else is a path.
+    """
     p = Path(ref)
-    if not p.exists() and isinstance(ref, str) and "/" not in ref and not ref.endswith((".yaml", ".yml")):
+    if is_bare_name(ref):
         known = builtin_suites()
-        if ref not in known:
-            raise SuiteError(ref, [Problem("", f"no such file, and no built-in suite {ref!r} "
-                                               f"(built-in: {', '.join(known)})")])
-        p = known[ref]
+        if ref in known:
+            p = known[str(ref)]
+        elif not p.exists():
+            raise SuiteError(str(ref), [Problem("", f"no such file, and no built-in suite {ref!r} "
+                                                    f"(built-in: {', '.join(known)})")])
+    source = str(ref) if p == Path(ref) else str(p)      # as the user wrote it: ./demo, not demo
+    if p.is_dir():
+        raise SuiteError(source, [Problem("", "is a directory, not a suite file")])
     try:
         text = p.read_text()
     except OSError as e:
-        raise SuiteError(str(p), [Problem("", f"cannot read: {e.strerror or e}")]) from e
+        raise SuiteError(source, [Problem("", f"cannot read: {e.strerror or e}")]) from e
     return parse_suite(text, str(p))
 
 

@@ -16,6 +16,7 @@ from orchestrator.cli_broker import broker_app
 from orchestrator.cli_common import State, checked_reply, fail, fails_cleanly, out
 from orchestrator.cli_common import sessions_or_fail as _sessions
 from orchestrator.cli_hosts import hosts_app
+from orchestrator.cli_report import add_report_commands
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
 
 app = typer.Typer(help="Storage test-lab orchestrator: suites -> runs on lab hosts -> results.",
@@ -26,6 +27,7 @@ app.add_typer(suite_app, name="suite")
 app.add_typer(run_app, name="run")
 app.add_typer(hosts_app, name="hosts")
 app.add_typer(broker_app, name="broker")
+add_report_commands(app)   # compare, report, export
 
 @app.callback()
 def main_options(
@@ -54,7 +56,8 @@ def main_options(
 
 # --- suites -----------------------------------------------------------------------------------
 
-SUITE_HELP = "Suite YAML file, or the name of a built-in suite (labctl suite list)."
+SUITE_HELP = ("Suite YAML file, or the name of a built-in suite (labctl suite list). A bare name such as demo "
+              "is the built-in suite even when a file or folder of that name is here: write ./demo for the file.")
 
 
 @suite_app.command("validate")
@@ -320,7 +323,7 @@ def run_show(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 
     from orchestrator.report import print_run
 
     with _sessions()() as s:
-        print_run(out, run_detail(s, run), rounds=rounds)
+        print_run(out, run_detail(s, run), rounds=rounds, artifact_root=State.config.artifact_dir)
 
 
 @run_app.command("report")
@@ -332,19 +335,6 @@ def run_report(run: str) -> None:
 
     with _sessions()() as s:
         print(write_markdown(run_detail(s, run), State.config.report_dir, State.config.artifact_dir))
-
-
-@app.command()
-@fails_cleanly
-def compare(
-    run_a: Annotated[str, typer.Argument(metavar="RUN_A", help="Baseline run (e.g. stock).")],
-    run_b: Annotated[str, typer.Argument(metavar="RUN_B", help="Run compared with it (e.g. HP).")],
-) -> None:
-    """Two runs side by side, cell by cell, with the difference in %."""
-    from orchestrator.compare import compare_runs, print_comparison
-
-    with _sessions()() as s:
-        print_comparison(out, compare_runs(s, run_a, run_b))
 
 
 prometheus_app = typer.Typer(help="Prometheus integration.", no_args_is_help=True)

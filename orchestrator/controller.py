@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, defer, selectinload, sessionmaker
 from labcontract import interlock
 from labcontract.errors import FioError, LabError, Problem, ProtocolError, SubmissionError, SuiteError
 from labcontract.fiojob import device_section, render_job
-from labcontract.fioresult import StepMetrics, parse_fio_groups
+from labcontract.fioresult import StepMetrics, latency_bins, parse_fio_groups
 from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
 from labcontract.protocol import (
     PROTOCOL_VERSION,
@@ -462,6 +462,8 @@ class Controller:
         series = series_summary(samples)
         final = split_status_stream(raw, source=source)[-1]
         devices = run.devices or [run.device]
+        bins = latency_bins(final, source=source)
+        lat_hist: dict[str, Any] | None = dict(bins[0]) if bins else None
         if len(devices) > 1:
             groups = parse_fio_groups(final, source=source)
             per_device = {}
@@ -470,7 +472,10 @@ class Controller:
                 if g is None:
                     raise FioError(f"no result for device {dev} (job {device_section(step.name, i)})", path=source)
                 per_device[dev] = g.model_dump(mode="json")
-        self._store_result(s, att, metrics, per_device=per_device, series=series)
+            if bins and lat_hist is not None:
+                lat_hist["per_device"] = {dev: bins[1].get(device_section(step.name, i), {"read": [], "write": []})
+                                          for i, dev in enumerate(devices)}
+        self._store_result(s, att, metrics, per_device=per_device, series=series, lat_hist=lat_hist)
         if step.kind == "precondition":
             nxt = preconditioning.after_round(s, run, step, metrics, self.clock())
             if nxt is not None:
@@ -481,14 +486,26 @@ class Controller:
                 log.info("precondition done after round %d", step.round, extra=self._ctx(att))
 
     def _store_result(self, s: Session, att: Attempt, metrics: StepMetrics, *,
-                      per_device: dict[str, Any] | None = None, series: dict[str, Any] | None = None) -> None:
+                      per_device: dict[str, Any] | None = None, series: dict[str, Any] | None = None,
+                      lat_hist: dict[str, Any] | None = None) -> None:
+        """The result row with its provenance: the host's facts as registered, and for every device of the
+        run what identifies it in a review (model, serial, firmware, capacity, driver: the declared DUT row,
+        completed from the host's block-device facts matched by path or by-id link)."""
         host = s.get(Host, att.host)
         run = att.step.run
+        blocks = [b for b in (host.facts.get("block_devices") or []) if isinstance(b, dict)] if host else []
         devices = []
         for path in run.devices or [run.device]:
             dev = find_device(host, path) if host else None
-            devices.append({k: getattr(dev, k) for k in ("name", "path", "kind", "size_bytes", "model",
-                                                         "serial", "firmware", "by_id")} if dev else {"path": path})
+            entry: dict[str, Any] = {k: getattr(dev, k) for k in ("name", "path", "kind", "size_bytes", "model",
+                                                                  "serial", "firmware", "by_id")} if dev else {}
+            links = {path, *([dev.path, dev.by_id] if dev else [])} - {None}
+            block = next((b for b in blocks if b.get("path") in links or links & set(b.get("by_id") or ())), {})
+            for k in ("name", "path", "size_bytes", "model", "serial", "firmware", "driver", "transport",
+                      "controller", "rotational"):
+                if entry.get(k) is None and block.get(k) is not None:
+                    entry[k] = block[k]
+            devices.append(entry | {"path": entry.get("path") or path})
         c, r, w = metrics.combined, metrics.read, metrics.write
         provenance = {
             "host": host.facts if host else {},
@@ -507,13 +524,16 @@ class Controller:
                      lat_max_ns=c.lat_max_ns, lat_stddev_ns=c.lat_stddev_ns,
                      lat_p99_ns=c.percentiles_ns.get("p99"), runtime_ms=metrics.runtime_ms,
                      fio_version=metrics.fio_version, metrics=metrics.model_dump(mode="json"),
-                     per_device=per_device, series=series, provenance=provenance, created_at=self.clock()))
+                     per_device=per_device, series=series, lat_hist=lat_hist, provenance=provenance,
+                     created_at=self.clock()))
 
     def _store_net(self, s: Session, att: Attempt, raw: bytes) -> None:
         """One host's part of a network cell: a result whose figures are that host's totals (whole
         run), with every path's own figures in ``per_path``; the cell's window totals come later."""
         out = json.loads(raw or b"{}")
-        paths = {name: {k: v for k, v in p.items() if k != "series"} | {"mtu": out["mtu"].get(name)}
+        # per path: its figures and its per-second series (the target samples NIC counters at 10 Hz)
+        paths = {name: {k: v for k, v in p.items() if k != "series"}
+                 | {"mtu": out["mtu"].get(name), "series": netgroups.per_second(p.get("series", []))}
                  for name, p in out["paths"].items()}
         total = out["total"]
         read = sum(p.get("read_gbps") or 0.0 for p in paths.values()) * 1e9 / 8

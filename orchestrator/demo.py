@@ -1,4 +1,5 @@
-"""``labctl demo``: the embedded one-machine lab, end to end, with real components."""
+"""``labctl demo``: the embedded one-machine lab, end to end, with real components; it leaves the demo run's
+Markdown and HTML reports in the lab's report directory and prints their paths."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from labcontract.suite import load_suite
 from labcontract.transport import redis_client
 from orchestrator.client import ControllerClient
 from orchestrator.config import LabConfig
+from orchestrator.htmlreport import write_html
 from orchestrator.lab import Lab, redis_ping, wait_for
 from orchestrator.queries import run_detail
 from orchestrator.report import write_markdown
@@ -62,8 +64,12 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
         code = watch_run(db, redis_client(operator), run_id, console,
                          timeout_s=len(suite.workloads) * (runtime + 60) + 60)
         with db() as s:
-            report = write_markdown(run_detail(s, run_id), config.report_dir, config.artifact_dir)
+            detail = run_detail(s, run_id)
+            report = write_markdown(detail, config.report_dir, config.artifact_dir)
+            html = config.report_dir / f"{run_id}.html"
+            write_html([detail], html)      # next to the Markdown one: what a reviewer opens first
         console.print(f"report: {report}")
+        console.print(f"HTML report: {html}", highlight=False, soft_wrap=True)
         console.print(f"store: {redact_url(config.db_url)}   logs: {config.lab_dir / 'logs'}")
         engine.dispose()
         return code

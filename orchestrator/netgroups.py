@@ -9,6 +9,7 @@ IOPS summed over the window where all hosts measured, from each host's per-secon
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -80,6 +81,30 @@ def _in_window(series: Sequence[Sequence[float]], start: float, end: float, col:
             continue
         total += iv[col] * overlap / (t1 - t0)
     return total
+
+
+def per_second(series: Any) -> list[list[float]]:
+    """A path's intervals (``[t_start, t_end, bytes, ios, (tx, rx)]``; the target samples at 10 Hz) summed
+    into one interval per second of the measurement, as reports draw them. Raises ValueError / TypeError
+    on an interval that is not a list of finite numbers (net.json comes from an agent: untrusted)."""
+    if not isinstance(series, list):
+        raise TypeError(f"series: expected a list, got {type(series).__name__}")
+    buckets: dict[int, list[float]] = {}
+    base: float | None = None
+    for iv in series:
+        if not isinstance(iv, list) or not 4 <= len(iv) <= 6 or not all(
+                isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in iv):
+            raise ValueError(f"series: not an interval of 4 to 6 finite numbers: {str(iv)[:80]}")
+        base = iv[0] if base is None else base
+        k = int(iv[0] - base)
+        b = buckets.get(k)
+        if b is None:
+            buckets[k] = [float(x) for x in iv]
+        else:
+            b[0], b[1] = min(b[0], iv[0]), max(b[1], iv[1])
+            for i in range(2, min(len(b), len(iv))):
+                b[i] += iv[i]
+    return [buckets[k] for k in sorted(buckets)]
 
 
 def aggregate(outputs: Mapping[str, dict[str, Any]]) -> dict[str, Any]:

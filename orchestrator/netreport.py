@@ -1,16 +1,22 @@
 """Network runs in the terminal: per-path Gbps per cell, single path vs multipath, MTU 1500 vs 9000,
-the start skew, path failures, and two network runs side by side."""
+the start skew, path failures, and the cells and figures :mod:`orchestrator.compare` puts network runs
+side by side with."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.cells import CellKey
+from orchestrator.cells import cell_key as identity
 from orchestrator.queries import RunDetail
 from orchestrator.store.models import NetGroup
+
+if TYPE_CHECKING:
+    from orchestrator.compare import Entry, Metric
 
 
 def _g(x: float | None) -> str:
@@ -112,25 +118,45 @@ def print_net_run(console: Console, detail: RunDetail) -> None:
         console.print(f"host {name}: kernel {h.get('kernel')} | {h.get('fio_version')} | paths {decl}", highlight=False)
 
 
-def print_net_comparison(console: Console, a: RunDetail, b: RunDetail) -> None:
-    """Two network runs cell by cell (profile, MTU, path mode): total and per-path Gbps, B against A."""
-    console.print(f"A: {a.run.id} ({a.run.suite_name}, {(a.run.topology or {}).get('tool')})\n"
-                  f"B: {b.run.id} ({b.run.suite_name}, {(b.run.topology or {}).get('tool')})", highlight=False)
-    paths = _initiator_paths([*a.net_groups, *b.net_groups])
-    table = Table("cell", "MTU", "paths", "Gbps A", "Gbps B", "B vs A", *[f"{p} A/B" for p in paths])
-    bk = {cell_key(g): g for g in b.net_groups}
-    seen = set()
-    for ga in a.net_groups:
-        key = cell_key(ga)
-        seen.add(key)
-        gb = bk.get(key)
-        ta, tb = ga.total.get("initiator_gbps"), gb.total.get("initiator_gbps") if gb else None
-        diff = f"{(tb / ta - 1) * 100:+.1f}%" if ta and tb is not None else "-"
-        per = [f"{_g(ga.per_path.get(p, {}).get('gbps'))}/{_g(gb.per_path.get(p, {}).get('gbps') if gb else None)}"
-               for p in paths]
-        table.add_row(ga.name, str(key[1]), key[2], _g(ta), _g(tb), diff, *per)
-    for key, gb in bk.items():
-        if key not in seen:
-            table.add_row(gb.name, str(key[1]), key[2], "-", _g(gb.total.get("initiator_gbps")), "-",
-                          *[f"-/{_g(gb.per_path.get(p, {}).get('gbps'))}" for p in paths])
-    console.print(table)
+def net_metrics(details: Sequence[RunDetail]) -> list[Metric]:
+    """What a network comparison shows: total Gbps at the initiators (compared to the first run), at the
+    target, IOPS, then each initiator path's Gbps (``host.path``, as the groups name them)."""
+    from orchestrator.compare import Metric
+
+    paths = _initiator_paths([g for d in details for g in d.net_groups])
+    return [Metric("gbps", "Gbps", "{:.3f}"), Metric("target_gbps", "target Gbps", "{:.3f}"),
+            Metric("iops", "IOPS", "{:,.0f}"),
+            *(Metric(f"gbps.{p}", f"{p} Gbps", "{:.3f}", diff=False) for p in paths)]
+
+
+def _identity(cell: dict[str, Any], with_op_mode: bool) -> CellKey:
+    """orchestrator.cells' key without ``net_paths`` (the path names a path mode resolves to on one lab):
+    multipath on paths a+b meets multipath on p1+p2."""
+    return identity({k: v for k, v in cell.items() if k != "net_paths"}, with_op_mode=with_op_mode)
+
+
+def net_cells(detail: RunDetail, with_op_mode: bool = False) -> dict[CellKey, Entry]:
+    """A network run's cells (orchestrator.cells keys: profile, MTU, path mode) with their window figures;
+    a cell planned but not measured yet is there with no figures, so a partial run shows what it lacks."""
+    from orchestrator.compare import Entry
+
+    cells: dict[CellKey, Entry] = {}
+    for g in detail.net_groups:
+        t = g.total
+        values: dict[str, float | None] = {"gbps": t.get("initiator_gbps"), "target_gbps": t.get("target_gbps"),
+                                           "iops": t.get("initiator_iops")}
+        values.update({f"gbps.{p}": v.get("gbps") for p, v in g.per_path.items() if v.get("role") == "initiator"})
+        cells.setdefault(_identity(g.cell, with_op_mode),
+                         Entry(g.name, str(g.cell.get("op_mode", "stock")), values))
+    for st in detail.steps:
+        if st.kind == "net" and st.cell.get("role") == "initiator":
+            cells.setdefault(_identity(st.cell, with_op_mode),
+                             Entry(st.name.rsplit("@", 1)[0], str(st.cell.get("op_mode", "stock")), {}))
+    return cells
+
+
+def print_net_comparison(console: Console, details: Sequence[RunDetail]) -> None:
+    """Network runs cell by cell (profile, MTU, path mode): total and per-path Gbps, each run against the first."""
+    from orchestrator.compare import compare_details, print_comparison
+
+    print_comparison(console, compare_details(details))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, defer, selectinload
 
 from labcontract.errors import StoreError
 from orchestrator.store.models import Attempt, Host, NetGroup, PreconditionRecord, Result, Run, Step
@@ -46,11 +46,16 @@ def resolve_run_id(s: Session, ref: str) -> str:
     return matches[0]
 
 
-def run_detail(s: Session, ref: str) -> RunDetail:
+def run_detail(s: Session, ref: str, *, light: bool = False) -> RunDetail:
+    """A run with its steps, results, precondition records and network groups. ``light`` leaves the large
+    JSON columns (per-second series, latency histograms) unloaded until read: what compare needs."""
     rid = resolve_run_id(s, ref)
     run = s.scalars(select(Run).where(Run.id == rid).options(
         selectinload(Run.steps).selectinload(Step.attempts).selectinload(Attempt.artifacts))).one()
-    results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == rid))}
+    query = select(Result).where(Result.run_id == rid)
+    if light:
+        query = query.options(defer(Result.series), defer(Result.lat_hist))
+    results = {r.step_id: r for r in s.scalars(query)}
     pcs = list(s.scalars(select(PreconditionRecord).where(PreconditionRecord.run_id == rid)
                          .order_by(PreconditionRecord.seq)))
     steps = sorted(run.steps, key=lambda st: (st.seq, st.round, st.host))

@@ -1,8 +1,12 @@
-"""Tables and reports of a run's results (terminal and Markdown)."""
+"""Tables and reports of a run's results (terminal and Markdown).
+
+Both show the run's provenance as :func:`orchestrator.provenance.describe` gives it (platform, every device
+of a group, how the OP mode was set, purge, preconditioning, overrides with their warnings), so the terminal,
+the Markdown file and the HTML report say the same thing, and a missing value reads "unknown", never "None".
+"""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from labcontract.units import format_size
+from orchestrator.provenance import DEVICE_COLUMNS, Provenance, ReadArtifact, describe
 from orchestrator.queries import RunDetail
 from orchestrator.store.models import Result, Step
 
@@ -71,7 +76,8 @@ def table_rows(detail: RunDetail, *, rounds: bool = False) -> list[list[str]]:
 
 def results_table(detail: RunDetail, *, rounds: bool = False) -> Table:
     run = detail.run
-    table = Table(title=f"run {run.id}  suite {run.suite_name}  {run.host}:{run.device}  {run.state}",
+    table = Table(title=f"run {run.id}  suite {run.suite_name}  {run.host}:{','.join(run.devices or [run.device])}  "
+                       f"{run.state}",
                   title_justify="left")
     for i, col in enumerate(COLUMNS):
         table.add_column(col, justify="right" if i >= 4 else "left", no_wrap=i == 0)
@@ -80,17 +86,44 @@ def results_table(detail: RunDetail, *, rounds: bool = False) -> Table:
     return table
 
 
-def print_run(console: Console, detail: RunDetail, *, rounds: bool = False) -> None:
+def artifact_reader(artifact_root: Path | None) -> ReadArtifact | None:
+    """Read an artifact by its path under ``artifact_root`` (None: the report names no artifact content)."""
+    if artifact_root is None:
+        return None
+    root = artifact_root
+    return lambda rel: (root / rel).read_bytes()
+
+
+def provenance_lines(p: Provenance) -> list[str]:
+    """The provenance for the terminal: warnings first, then each section's rows and the devices."""
+    lines = [f"WARNING: {w}" for w in p.warnings]
+    if p.partial:
+        lines.append("PARTIAL: the run has not ended; figures are what has been measured so far")
+    for title, rows in p.sections:
+        if title == "Run":
+            rows = [(k, v) for k, v in rows if k != "warning"]
+        width = max((len(k) for k, _v in rows), default=0)
+        lines += [f"{title}:", *(f"  {k:<{width}}  {v}" for k, v in rows)]
+    if p.devices:
+        lines.append(f"Devices ({p.device_label}):")
+        lines += ["  " + " | ".join(f"{c} {d[c]}" for c in DEVICE_COLUMNS) for d in p.devices]
+    return lines
+
+
+def print_run(console: Console, detail: RunDetail, *, rounds: bool = False, artifact_root: Path | None = None) -> None:
+    prov = describe(detail, artifact_reader(artifact_root))
     if detail.run.topology:
         from orchestrator.netreport import print_net_run
 
         print_net_run(console, detail)
+        for line in provenance_lines(prov):
+            console.print(line, highlight=False, markup=False)
         return
     console.print(results_table(detail, rounds=rounds))
     run = detail.run
     for pc in detail.preconditions:
-        state = "running" if pc.steady is None else "steady" if pc.steady else "NOT steady"
-        console.print(f"precondition {pc.name}: {state}, {len(pc.rounds)} round(s): {pc.verdict}", highlight=False)
+        console.print(f"precondition {pc.name}: {_steady(pc.steady)}, {len(pc.rounds)} round(s): {pc.verdict}",
+                      highlight=False)
     notes = sorted({st.note for st in detail.steps if st.note})
     for note in notes:
         console.print(f"note: {note}", highlight=False)
@@ -99,30 +132,32 @@ def print_run(console: Console, detail: RunDetail, *, rounds: bool = False) -> N
     for step in detail.steps:
         if step.state != "SUCCEEDED" and step.reason:
             console.print(f"  {step.name}: {step.reason}")
-    prov = next(iter(detail.results.values()), None)
-    if prov is not None:
-        h, d = prov.provenance.get("host", {}), prov.provenance.get("device", {})
-        console.print(f"platform: {h.get('hostname')} | {h.get('cpu_model')} ({h.get('cpu_cores')} cores) | "
-                      f"{(h.get('memory_bytes') or 0) / 2**30:.1f} GiB | {h.get('os')} | kernel {h.get('kernel')} | "
-                      f"{prov.fio_version}")
-        console.print(f"device:   {d.get('name')} {d.get('path')} ({d.get('kind')}, "
-                      f"{(d.get('size_bytes') or 0) / 2**30:.2f} GiB) model={d.get('model')} "
-                      f"serial={d.get('serial')} fw={d.get('firmware')}")
-        for line in provisioning_lines(prov.provenance):
-            console.print(line, highlight=False)
+    for line in provenance_lines(prov):
+        console.print(line, highlight=False, markup=False)
 
 
-def provisioning_lines(provenance: dict[str, Any]) -> list[str]:
-    """What Ansible did to the DUTs and the DUT facts it recorded (suites with phases.provision)."""
-    lines = [f"provisioned: {note}" for note in provenance.get("provisioning", []) if note]
-    facts = provenance.get("dut_facts") or {}
-    for dut in facts.get("duts", []):
-        health = dut.get("health") or {}
-        driver = dut.get("driver") or {}
-        lines.append(f"DUT facts ({facts.get('phase')}): {dut.get('name')} {dut.get('real_path') or dut.get('path')} "
-                     f"{dut.get('interface')} model={dut.get('model')} fw={dut.get('firmware')} "
-                     f"driver={driver.get('name')} {driver.get('version') or ''} "
-                     f"capacity={dut.get('capacity_bytes')} health={health or 'n/a'}")
+def _steady(steady: bool | None) -> str:
+    return "running" if steady is None else "steady" if steady else "NOT steady"
+
+
+def _cell(value: str) -> str:
+    return value.replace("|", "\\|").replace("\n", " ")
+
+
+def provenance_markdown(p: Provenance) -> list[str]:
+    """The provenance as Markdown: warnings as a quote, a table per section, the devices table."""
+    lines = [f"> **Warning:** {_cell(w)}" for w in p.warnings]
+    if p.partial:
+        lines.append("> **Partial:** the run has not ended; figures are what has been measured so far.")
+    lines += [""] if lines else []
+    for title, rows in p.sections:
+        if title == "Run":
+            rows = [(k, v) for k, v in rows if k != "warning"]
+        lines += [f"## {title}", "", "| | |", "|---|---|", *(f"| {_cell(k)} | {_cell(v)} |" for k, v in rows), ""]
+        if title.startswith("Platform") and p.devices:
+            lines += [f"## Devices: {_cell(p.device_label)}", "", "| " + " | ".join(DEVICE_COLUMNS) + " |",
+                      "|" + "---|" * len(DEVICE_COLUMNS),
+                      *("| " + " | ".join(_cell(d[c]) for c in DEVICE_COLUMNS) + " |" for d in p.devices), ""]
     return lines
 
 
@@ -130,21 +165,12 @@ def write_markdown(detail: RunDetail, report_dir: Path, artifact_root: Path) -> 
     run = detail.run
     report_dir.mkdir(parents=True, exist_ok=True)
     path = report_dir / f"{run.id}.md"
-    ts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.submitted_at))
-    lines = [f"# Run {run.id}: suite `{run.suite_name}`", "",
-             f"- target: `{run.host}` : `{run.device}`",
-             f"- submitted: {ts}; state: **{run.state}** {run.reason}",
-             f"- suite sha256: `{run.suite_sha256}`", ""]
-    prov = next(iter(detail.results.values()), None)
-    if prov is not None:
-        h, d = prov.provenance.get("host", {}), prov.provenance.get("device", {})
-        lines += ["## Platform", "",
-                  "| host | CPU | cores | memory | OS | kernel | fio |", "|---|---|---|---|---|---|---|",
-                  f"| {h.get('hostname')} | {h.get('cpu_model')} | {h.get('cpu_cores')} | "
-                  f"{(h.get('memory_bytes') or 0) / 2**30:.1f} GiB | {h.get('os')} | {h.get('kernel')} | "
-                  f"{prov.fio_version} |", "",
-                  f"Device: `{d.get('path')}` ({d.get('kind')}, {(d.get('size_bytes') or 0) / 2**30:.2f} GiB), "
-                  f"model {d.get('model')}, serial {d.get('serial')}, firmware {d.get('firmware')}", ""]
+    prov = describe(detail, artifact_reader(artifact_root))
+    modes = ", ".join(prov.op_modes) or "-"
+    lines = [f"# Run {run.id}: suite `{run.suite_name}` ({modes}) on {prov.device_label}", "",
+             f"- target: `{run.host}` : `{', '.join(run.devices or [run.device])}`",
+             f"- state: **{run.state}** {run.reason}".rstrip(), ""]
+    lines += provenance_markdown(prov)
     lines += ["## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in table_rows(detail):
         lines.append("| " + " | ".join(row) + " |")
@@ -152,8 +178,8 @@ def write_markdown(detail: RunDetail, report_dir: Path, artifact_root: Path) -> 
         lines += ["", "## Preconditioning", "", "| group | rounds | steady | reached at | verdict |",
                   "|---|---|---|---|---|"]
         for pc in detail.preconditions:
-            lines.append(f"| {pc.name} | {len(pc.rounds)} | {pc.steady} | {pc.reached_round or '-'} | "
-                         f"{pc.verdict} |")
+            lines.append(f"| {pc.name} | {len(pc.rounds)} | {_steady(pc.steady)} | {pc.reached_round or '-'} | "
+                         f"{_cell(pc.verdict) or '-'} |")
     lines += ["", "## Artifacts", ""]
     for step in detail.steps:
         for att in step.attempts:

@@ -208,3 +208,14 @@ def unique() -> str:
 
 
 __all__ = ["COMMANDS_STREAM", "QUICK_SUITE", "LabHandle", "events_tail", "one_workload", "start_lab", "unique"]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """Debian's headless Chromium (tests/chromium.py), one per session, a page per report: integration and
+    system tests share it (two sync Playwright drivers cannot run in one thread). The test fails, never
+    skips, when /usr/bin/chromium is missing."""
+    from tests import chromium as browser
+
+    with browser.chromium() as c:
+        yield c

@@ -67,8 +67,18 @@ def metrics_bind_address(bind: str | None, advertise: str | None) -> str:
 
 
 def read_mtu_or_none(iface: str) -> int | None:
+    return _read_int(f"/sys/class/net/{iface}/mtu")
+
+
+def read_speed_or_none(iface: str) -> int | None:
+    """The link speed in Mbit/s; None when the link is down (EINVAL), unknown (-1) or not reported."""
+    speed = _read_int(f"/sys/class/net/{iface}/speed")
+    return speed if speed is not None and speed > 0 else None
+
+
+def _read_int(path: str) -> int | None:
     try:
-        return int(Path(f"/sys/class/net/{iface}/mtu").read_text())
+        return int(Path(path).read_text())
     except (OSError, ValueError):
         return None
 
@@ -83,7 +93,8 @@ def main(opts: AgentOptions) -> None:
     twice = sorted({d.name for d in decls if sum(e.name == d.name for e in decls) > 1})
     if twice:
         raise ConfigError("--net-path", ",".join(twice), "a path name is declared twice")
-    decls = tuple(d.model_copy(update={"mtu": read_mtu_or_none(d.iface)}) for d in decls)
+    decls = tuple(d.model_copy(update={"mtu": read_mtu_or_none(d.iface), "speed_mbit": read_speed_or_none(d.iface)})
+                  for d in decls)
     net_paths = tuple((d.name, d.iface) for d in decls)
     facts = collect_host_facts(hostname=host, fio_binary=opts.fio_binary).model_copy(update={"net_paths": decls})
     duts = tuple(declare_dut(spec, facts.block_devices) for spec in opts.dut_specs)

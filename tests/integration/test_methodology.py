@@ -3,10 +3,12 @@ steady-state verdict with per-second series, device groups, stock vs HP comparis
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
+from orchestrator.cells import cell_key, key_label
 from tests.conftest import LabHandle
 
 pytestmark = pytest.mark.integration
@@ -120,9 +122,19 @@ def test_stock_vs_hp_compare(lab: LabHandle) -> None:
     assert "size=80%" in b.steps[0].job_text and "size=" not in a.steps[0].job_text
     assert b.results[b.steps[0].id].provenance["op_mode"] == "hp:20"
     out = lab.labctl("compare", stock, hp, check=True).stdout
-    assert f"A: {stock}" in out and "stock" in out and f"B: {hp}" in out and "hp:20" in out
-    rows = [line for line in out.splitlines() if line.startswith("│ 4k") or line.startswith("│ 128k")]
-    assert len(rows) == 2 and all("%" in r for r in rows), out
+    assert f"A: {stock} (suite op, " in out and ", stock, SUCCEEDED)" in out
+    assert f"B: {hp} (suite op, " in out and ", hp:20, SUCCEEDED)" in out
     ra, rb = a.results[a.steps[0].id], b.results[b.steps[0].id]
     expect = f"{(rb.iops - ra.iops) / ra.iops * 100:+.1f}%"
-    assert expect in rows[0]
+    assert expect in out, out
+    doc = json.loads(lab.labctl("compare", stock, hp, "--format", "json", check=True).stdout)
+    assert [(r["id"], r["op_modes"], r["partial"]) for r in doc["runs"]] == [(stock, ["stock"], False),
+                                                                             (hp, ["hp:20"], False)]
+    assert [c["cell"] for c in doc["cells"]] == [key_label(cell_key(st.cell)) for st in a.steps]
+    for cell, sa, sb in zip(doc["cells"], a.steps, b.steps, strict=True):
+        assert cell["cell"] in out                                     # the full name, in the table too
+        x, y = a.results[sa.id], b.results[sb.id]
+        assert [r["step"] for r in cell["runs"]] == [sa.name, sb.name]
+        assert cell["runs"][0]["iops"] == x.iops and cell["runs"][1]["iops"] == y.iops
+        assert cell["runs"][1]["lat_mean_us"] == pytest.approx((y.lat_mean_ns or 0) / 1000)
+        assert cell["runs"][1]["vs_first_pct"]["iops"] == pytest.approx((y.iops - x.iops) / x.iops * 100)

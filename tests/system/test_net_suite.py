@@ -31,6 +31,7 @@ from orchestrator.queries import RunDetail, run_detail
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Attempt, Host, NetGroup, Step
+from tests.chromium import Chromium
 
 pytestmark = pytest.mark.system
 
@@ -167,7 +168,7 @@ def _throughput(groups: list[NetGroup]) -> None:
         assert g.total["target_tx_gbps"] <= len(ini) * R_GBPS * 1.05, (g.name, g.total)
 
 
-def test_fio_single_vs_multipath_at_both_mtus(netrun: NetRunLab) -> None:
+def test_fio_single_vs_multipath_at_both_mtus(netrun: NetRunLab, chromium: Chromium) -> None:
     run_id = netrun.submit(net_suite("fio"))
     run = netrun.wait_run(run_id)
     assert run.run.state == "SUCCEEDED", (run.run.reason, [(st.name, st.reason) for st in run.steps])
@@ -181,6 +182,16 @@ def test_fio_single_vs_multipath_at_both_mtus(netrun: NetRunLab) -> None:
     show = netrun.labctl("run", "show", run_id)
     for text in ("single", "multi", "1500", "9000", f"{INITIATOR}.a", f"{INITIATOR}.b", "skew"):
         assert text in show, show
+    # issue 13 item 6: the run's HTML report in headless Chromium: every chart drawn, nothing fetched, the
+    # per-path and total Gbps beneath the charts equal to the store's
+    from tests.integration.test_report_browser import check_network
+
+    html = netrun.lab.root / f"{run_id}.html"
+    netrun.labctl("report", run_id, "--html", str(html))
+    page = chromium.open(html)
+    assert page.problems() == [], "\n".join(page.problems())
+    assert "network" in page.kinds(), page.kinds()
+    assert check_network(page, run) == 4 * 2 + 2 * 1 + 2 * 2
 
 
 def test_iscsi_perf_paths_and_compare_with_fio(netrun: NetRunLab) -> None:
@@ -196,8 +207,19 @@ def test_iscsi_perf_paths_and_compare_with_fio(netrun: NetRunLab) -> None:
     ini = next(r for r in netrun.wait_run(iscsi_run).results.values() if r.provenance.get("role") == "initiator")
     assert ini.provenance["net_spec"]["iqn"].startswith("iqn.2026-11.lab.storagelab:netlab-")
     assert all(p["capacity_bytes"] == 64 * 1024 * 1024 for p in (ini.per_path or {}).values())
+    import json
+
     out = netrun.labctl("compare", fio_run, iscsi_run)
-    assert "seq-128k-read.mtu9000.multi" in out and "Gbps" in out, out
+    assert f"A: {fio_run} (suite net-fio, " in out and f"B: {iscsi_run} (suite net-iscsi, " in out, out
+    for label in ("seq-128k-read mtu=9000 paths=single", "seq-128k-read mtu=9000 paths=multi"):
+        assert label in out, out                                     # full cell names, matched by MTU and path mode
+    assert "Gbps" in out and f"{INITIATOR}.b Gbps" in out, out
+    doc = json.loads(netrun.labctl("compare", fio_run, iscsi_run, "--format", "json"))
+    assert doc["kind"] == "network" and len(doc["cells"]) == 2
+    for cell, gf, gi in zip(doc["cells"], netrun.groups(fio_run), netrun.groups(iscsi_run), strict=True):
+        assert [r["gbps"] for r in cell["runs"]] == [gf.total["initiator_gbps"], gi.total["initiator_gbps"]]
+        assert cell["runs"][1]["vs_first_pct"]["gbps"] == pytest.approx(
+            (gi.total["initiator_gbps"] / gf.total["initiator_gbps"] - 1) * 100)
 
 
 def test_path_failure_is_recorded_with_the_time_the_other_path_carried_on(netrun: NetRunLab) -> None:

@@ -218,3 +218,34 @@ def test_a_step_that_cannot_be_started_fails_alone_and_the_loop_goes_on(env: Any
         assert all(st.state == "FAILED" for st in bad.steps) and not bad.steps[0].attempts
     ctl.schedule()                                  # and the next pass is an ordinary one
     assert [m.run_id for m in disp.starts()] == ["rgood"]
+
+
+def test_result_devices_carry_driver_from_host_facts_and_lat_hist_is_stored(
+        env: Any, fio_outputs: dict[str, bytes]) -> None:
+    """The device entry is the declared DUT completed by the host's block-device facts (matched here by its
+    by-id link); the merged histogram's percentiles are the result's own."""
+    from labcontract.facts import BlockDevice
+    from labcontract.fioresult import percentiles_from_bins
+
+    ctl, disp, _clock, db = env
+    link = "/dev/disk/by-id/virtio-lab0"
+    block = BlockDevice(name="loop9", path="/dev/other-name", size_bytes=1 << 30, model="Lab Disk", serial="S1",
+                        by_id=(link,), driver="virtio_blk", transport="virtio", controller="0000:00:02.0")
+    ctl.handle_event(Register(host="h1", agent_version="0.13.0", facts=HostFacts(
+        hostname="h1", fio_version="fio-3.33", block_devices=(block,), product_name="Lab VM"), duts=(
+        DeclaredDut(name="dut0", path="/dev/loop9", kind="block", size_bytes=1 << 30, firmware="F1", by_id=link),)))
+    assert submit(ctl).ok
+    ctl.schedule()
+    (first,) = disp.starts()
+    ctl.handle_event(ended(first.attempt_id, fio_outputs["4k-randread"]))
+    with db() as s:
+        res = s.scalars(select(Result)).one()
+        (dev,) = res.provenance["devices"]
+        assert (dev["path"], dev["name"], dev["model"], dev["serial"], dev["firmware"], dev["size_bytes"]) == (
+            "/dev/loop9", "dut0", "Lab Disk", "S1", "F1", 1 << 30)
+        assert (dev["driver"], dev["transport"], dev["controller"]) == ("virtio_blk", "virtio", "0000:00:02.0")
+        assert res.provenance["host"]["product_name"] == "Lab VM"
+        hist = res.lat_hist
+        assert hist is not None and hist["write"] == [] and "per_device" not in hist
+        bins = {ns: c for ns, c in hist["read"]}
+        assert percentiles_from_bins(bins) == res.metrics["combined"]["percentiles_ns"]

@@ -16,7 +16,7 @@ import pytest
 
 from agents.facts import collect_host_facts, declare_dut, fio_version, list_block_devices
 from labcontract.errors import ConfigError
-from labcontract.facts import BlockDevice
+from labcontract.facts import BlockDevice, HostFacts, StorageController
 
 # --------------------------------------------------------------------------- fake tree
 
@@ -221,6 +221,7 @@ def test_block_devices_from_fake_tree(fake_root: Path) -> None:
         by_id=(),
         kind="loop",
         backing_file="/var/lib/lab/dut.img",
+        driver="loop",
     )
 
 
@@ -242,6 +243,9 @@ def test_device_with_no_attributes_tolerated(tmp_path: Path) -> None:
     (root / "sys" / "block" / "vdb").mkdir(parents=True)
     (dev,) = list_block_devices(str(root))
     assert dev == BlockDevice(name="vdb", path="/dev/vdb", size_bytes=0, kind="disk")
+    facts = collect_host_facts(hostname="h", fio_binary=str(tmp_path / "nofio"), sys_root=str(root))
+    assert (facts.sys_vendor, facts.product_name, facts.bios_date, facts.cpu_sockets, facts.storage_controllers) \
+        == (None, None, None, None, ())
 
 
 def test_cpuinfo_without_core_ids_falls_back_to_threads(tmp_path: Path) -> None:
@@ -416,3 +420,93 @@ def test_declare_block_device_unknown_to_sysfs(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="size is unknown"):
         declare_dut(str(node), [], sys_root=str(tmp_path / "empty"))
+
+
+# --------------------------------------------------------------------------- platform: DMI, PCI, drivers
+
+
+def _platform_root(tmp_path: Path) -> Path:
+    """A server as sysfs shows it: DMI (one root-only file), an NVMe SSD and a SATA disk behind an AHCI
+    controller, a SAS HBA with no driver bound, a NIC (not storage) and a loop device."""
+    root = tmp_path / "srv"
+    dmi = root / "sys" / "class" / "dmi" / "id"
+    for key, value in {"sys_vendor": "LENOVO", "product_name": "ThinkServer RD630", "product_version": "Default string",
+                       "board_vendor": "LENOVO", "board_name": "RD630 MB", "bios_vendor": "American Megatrends Inc.",
+                       "bios_version": "A2KT41AUS", "bios_date": "03/18/2013"}.items():
+        _write(dmi / key, value + "\n")
+    (dmi / "board_name").chmod(0)          # root-only on some hosts: unknown, not an error
+    devices = root / "sys" / "devices" / "pci0000:00"
+    pci = root / "sys" / "bus" / "pci" / "devices"
+    for slot, cls, ven, dev, drv in [("0000:00:1f.2", "0x010601", "0x8086", "0x1d02", "ahci"),
+                                     ("0000:03:00.0", "0x010802", "0x144d", "0xa80a", "nvme"),
+                                     ("0000:04:00.0", "0x010700", "0x1000", "0x0087", None),
+                                     ("0000:05:00.0", "0x020000", "0x8086", "0x1521", "igb")]:
+        d = devices / slot
+        _write(d / "class", cls + "\n")
+        _write(d / "vendor", ven + "\n")
+        _write(d / "device", dev + "\n")
+        if drv:
+            _link(d / "driver", f"../../../bus/pci/drivers/{drv}")
+        _link(pci / slot, f"../../../devices/pci0000:00/{slot}")
+    # NVMe: namespace -> controller (transport attr) -> PCI function (driver nvme)
+    ctrl = devices / "0000:03:00.0" / "nvme" / "nvme0"
+    _write(ctrl / "transport", "pcie\n")
+    _write(ctrl / "model", NVME_MODEL + "\n")
+    _link(ctrl / "device", "../../../0000:03:00.0")
+    nvme = ctrl / "nvme0n1"
+    _write(nvme / "size", "2048\n")
+    # SATA: disk -> SCSI device (driver sd) under ata3 of the AHCI function
+    scsi = devices / "0000:00:1f.2" / "ata3" / "host2" / "target2:0:0" / "2:0:0:0"
+    _write(scsi / "model", SATA_MODEL + "\n")
+    _link(scsi / "driver", "../../../../../../../bus/scsi/drivers/sd")
+    sda = scsi / "block" / "sda"
+    _write(sda / "size", "4096\n")
+    block = root / "sys" / "block"
+    _link(block / "nvme0n1", "../devices/pci0000:00/0000:03:00.0/nvme/nvme0/nvme0n1")
+    _link(nvme / "device", "..")
+    _link(block / "sda", "../devices/pci0000:00/0000:00:1f.2/ata3/host2/target2:0:0/2:0:0:0/block/sda")
+    _link(sda / "device", "../..")
+    _write(block / "loop1" / "size", "8\n")
+    _write(block / "loop1" / "loop" / "backing_file", "/srv/dut.img\n")
+    _write(root / "proc" / "cpuinfo", "".join(CPUINFO_BLOCK.format(n=n, phys=n % 2, core=n // 2) for n in range(4)))
+    return root
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a mode-000 file")
+def test_platform_facts_from_fake_sysfs(tmp_path: Path) -> None:
+    root = _platform_root(tmp_path)
+    facts = collect_host_facts(hostname="rd630", fio_binary=str(tmp_path / "nofio"), sys_root=str(root))
+    _check_platform(facts, board_name=None)
+
+
+def test_platform_facts_as_root_read_every_dmi_file(tmp_path: Path) -> None:
+    root = _platform_root(tmp_path)
+    (root / "sys" / "class" / "dmi" / "id" / "board_name").chmod(0o444)
+    facts = collect_host_facts(hostname="rd630", fio_binary=str(tmp_path / "nofio"), sys_root=str(root))
+    _check_platform(facts, board_name="RD630 MB")
+
+
+def _check_platform(facts: HostFacts, *, board_name: str | None) -> None:
+    assert (facts.sys_vendor, facts.product_name, facts.product_version, facts.board_vendor, facts.board_name,
+            facts.bios_vendor, facts.bios_version, facts.bios_date) == (
+        "LENOVO", "ThinkServer RD630", None, "LENOVO", board_name, "American Megatrends Inc.", "A2KT41AUS",
+        "03/18/2013")
+    assert facts.cpu_sockets == 2
+    assert facts.storage_controllers == (
+        StorageController(slot="0000:00:1f.2", class_name="SATA", vendor_id="0x8086", device_id="0x1d02",
+                          driver="ahci"),
+        StorageController(slot="0000:03:00.0", class_name="NVM Express", vendor_id="0x144d", device_id="0xa80a",
+                          driver="nvme"),
+        StorageController(slot="0000:04:00.0", class_name="SAS", vendor_id="0x1000", device_id="0x0087"))
+    devs = {d.name: (d.driver, d.transport, d.controller) for d in facts.block_devices}
+    assert devs == {"nvme0n1": ("nvme", "pcie", "0000:03:00.0"), "sda": ("sd", "sata", "0000:00:1f.2"),
+                    "loop1": ("loop", None, None)}
+    assert {d.name: d.model for d in facts.block_devices} == {"nvme0n1": NVME_MODEL, "sda": SATA_MODEL, "loop1": None}
+
+
+def test_old_registration_without_platform_facts_still_parses() -> None:
+    old = {"hostname": "h", "cpu_model": "x", "block_devices": [{"name": "sda", "path": "/dev/sda", "size_bytes": 1}]}
+    facts = HostFacts.model_validate(old)
+    assert facts.storage_controllers == () and facts.sys_vendor is None and facts.block_devices[0].driver is None
+    newer = {**old, "some_future_fact": 1}            # a newer agent's extra fact is ignored, not refused
+    assert HostFacts.model_validate(newer) == facts

@@ -24,6 +24,7 @@ from labcontract.fioresult import (
     PERCENTILE_POINTS,
     LatencyStats,
     StepMetrics,
+    latency_bins,
     parse_fio_output,
     percentile_key,
     percentiles_from_bins,
@@ -427,3 +428,71 @@ def test_bad_output_raises_fio_error_naming_source(fio_out: dict[str, str]) -> N
         assert info.value.path == "/results/step-7.json"
         assert str(info.value).startswith("/results/step-7.json: ")
         assert fragment in str(info.value), (bad[:60], str(info.value))
+
+
+# --------------------------------------------------------------------------- latency_bins (stored as Result.lat_hist)
+
+
+def _merge(*bins: dict[int, int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for b in bins:
+        for v, c in b.items():
+            out[v] = out.get(v, 0) + c
+    return out
+
+
+@needs_fio
+def test_latency_bins_merge_every_job_of_real_fio_output(fio_out: dict[str, str], fio_json: dict[str, Any],
+                                                         parsed: dict[str, StepMetrics]) -> None:
+    got = latency_bins(fio_out["randrw_ungrouped"], source="mix.json")
+    assert got is not None
+    total, per = got
+    jobs = fio_json["randrw_ungrouped"]["jobs"]
+    assert len(jobs) == 2
+    for d in ("read", "write"):
+        want = _merge(*(_bins(j[d]["lat_ns"]) for j in jobs))
+        assert total[d] == [[v, c] for v, c in sorted(want.items()) if c > 0]
+        assert sum(c for _v, c in total[d]) == sum(j[d]["lat_ns"]["N"] for j in jobs)
+    assert list(per) == ["mix"] and per["mix"] == total          # one jobname: its bins are the total
+    both = _merge(*({v: c for v, c in total[d]} for d in ("read", "write")))
+    assert percentiles_from_bins(both) == parsed["randrw_ungrouped"].combined.percentiles_ns
+
+
+@needs_fio
+def test_latency_bins_of_a_read_only_job_leave_write_empty(fio_out: dict[str, str]) -> None:
+    got = latency_bins(fio_out["randread"])
+    assert got is not None
+    total, per = got
+    assert total["write"] == [] and total["read"] and per == {"rread": {"read": total["read"], "write": []}}
+
+
+def _group_report() -> dict[str, Any]:
+    def job(name: str, read: dict[str, int], write: dict[str, int]) -> dict[str, Any]:
+        def ddir(bins: dict[str, int]) -> dict[str, Any]:
+            n = sum(bins.values())
+            return {"total_ios": n, "io_bytes": 4096 * n, "iops": float(n), "bw_bytes": 4096.0 * n, "runtime": 1000,
+                    "lat_ns": {"N": n, "mean": 1.0, "stddev": 0.0, "min": 1.0, "max": 2.0, "bins": bins}}
+        return {"jobname": name, "error": 0, "read": ddir(read), "write": ddir(write)}
+    return {"fio version": "fio-3.33", "jobs": [job("w.dev0", {"1000": 3, "2000": 1}, {"5000": 2}),
+                                                job("w.dev1", {"1000": 1, "3000": 4}, {})]}
+
+
+def test_latency_bins_per_device_section_and_merged_total() -> None:
+    text = json.dumps(_group_report())
+    got = latency_bins("fio: a warning line\n" + text)
+    assert got is not None
+    total, per = got
+    assert total == {"read": [[1000, 4], [2000, 1], [3000, 4]], "write": [[5000, 2]]}
+    assert per == {"w.dev0": {"read": [[1000, 3], [2000, 1]], "write": [[5000, 2]]},
+                   "w.dev1": {"read": [[1000, 1], [3000, 4]], "write": []}}
+    stream = text + "\n" + text                                     # --status-interval: the last report counts
+    assert latency_bins(stream) == got
+
+
+def test_latency_bins_none_without_histogram_and_errors_name_the_source() -> None:
+    doc = _group_report()
+    del doc["jobs"][1]["read"]["lat_ns"]["bins"]
+    assert latency_bins(json.dumps(doc)) is None                   # plain json output: nothing to store
+    doc["jobs"][0]["read"]["lat_ns"]["bins"] = {"x": 1}
+    with pytest.raises(FioError, match=r"g\.json.*jobs\[0\]\.read\.lat_ns\.bins: bin value 'x'"):
+        latency_bins(json.dumps(doc), source="g.json")

@@ -1,0 +1,131 @@
+"""``labctl compare``, ``labctl report`` and ``labctl export``: the morning-after commands that read runs from
+the store and write what people publish (tables, HTML and Markdown reports, CSV / JSON for scripts)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from labcontract.errors import LabError
+from orchestrator.cli_common import State, fail, out
+from orchestrator.cli_common import sessions_or_fail as _sessions
+from orchestrator.states import TERMINAL_RUN
+
+
+def add_report_commands(app: typer.Typer) -> None:
+    """Register the commands of this module as top-level ``labctl`` commands."""
+    for fn in (compare, report, export):
+        app.command()(fn)
+
+
+RUNS_HELP = "Run ids, unique prefixes, or 'last'."
+
+
+def _input_fails_2(fn: Callable[..., None]) -> Callable[..., None]:
+    """Bad input to compare / report / export (an unknown run, runs with no cell in common, fewer than 2
+    runs, an output that cannot be written): its one-line reason and exit code 2, as a usage error."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except LabError as e:
+            fail(str(e))
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _write_html(details: Any, path: Path, options: dict[str, str] | None) -> None:
+    from orchestrator import htmlreport
+    from orchestrator.report import artifact_reader
+
+    try:
+        htmlreport.write_html(details, path, options=options,
+                              read_artifact=artifact_reader(State.config.artifact_dir))
+    except OSError as e:
+        raise LabError(f"{path}: cannot write the HTML report: {e.strerror or e}") from e
+
+
+@_input_fails_2
+def compare(
+    runs: Annotated[list[str], typer.Argument(metavar="RUN", help=RUNS_HELP + " The first is the "
+                                              "baseline (e.g. stock): the others get their difference to it in %.")],
+    format: Annotated[str, typer.Option("--format", help="table, json or csv (fields: docs/metrics.md).")]
+    = "table",
+    html: Annotated[Path | None, typer.Option(help="Also write the comparison as an HTML report (charts with "
+                                                   "the runs overlaid) to this file.")] = None,
+) -> None:
+    """Runs side by side, cell by cell (profile, swept values; OP mode when a run holds several; network:
+    MTU and path mode): the four review metrics and MB/s (network: Gbps), each against the first run. An
+    unknown run, fewer than 2 runs or runs with no cell in common exit with code 2."""
+    from labcontract.errors import CompareError
+    from orchestrator.compare import FORMATS, compare_runs, print_comparison
+
+    if format not in ("table", *FORMATS):
+        raise CompareError(f"--format: unknown format {format!r} (choose from table, {', '.join(FORMATS)})")
+    with _sessions()() as s:
+        c = compare_runs(s, runs)
+        if format == "table":
+            print_comparison(out, c)
+        else:
+            sys.stdout.write(FORMATS[format](c))
+        for i in range(len(c.details)):
+            if c.partial(i):
+                print(f"warning: run {c.details[i].run.id} is {c.details[i].run.state}: partial", file=sys.stderr)
+        if html is not None:
+            _write_html(c.details, html, None)
+            print(f"HTML report: {html}", file=sys.stderr if format != "table" else sys.stdout)
+
+
+@_input_fails_2
+def report(
+    runs: Annotated[list[str], typer.Argument(metavar="RUN", help=RUNS_HELP)],
+    html: Annotated[Path | None, typer.Option(help="Write one self-contained HTML file for the runs (one run: "
+                                                   "its report; several: overlaid on every chart).")] = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Also write the Markdown report of each run "
+                                                              "(the default without --html).")] = False,
+    latency_cell: Annotated[list[str] | None, typer.Option(
+        help="Cell (full name, as compare prints it) whose latency distribution is drawn (repeat).")] = None,
+) -> None:
+    """Write the report(s) of runs and print the paths: the HTML report with --html, else (or also, with
+    --markdown) the Markdown report of each run in the lab's report directory."""
+    from orchestrator.queries import run_detail
+    from orchestrator.report import write_markdown
+
+    with _sessions()() as s:
+        details = [run_detail(s, ref) for ref in runs]
+        for d in details:
+            if d.run.state not in TERMINAL_RUN:
+                print(f"warning: run {d.run.id} is {d.run.state}: partial report (what was measured so far)",
+                      file=sys.stderr)
+        if html is not None:
+            _write_html(details, html, {"latency_cells": ",".join(latency_cell)} if latency_cell else None)
+            print(html)
+        if html is None or markdown:
+            for d in details:
+                print(write_markdown(d, State.config.report_dir, State.config.artifact_dir))
+
+
+@_input_fails_2
+def export(
+    runs: Annotated[list[str], typer.Argument(metavar="RUN", help=RUNS_HELP)],
+    format: Annotated[str, typer.Option("--format", help="csv (one file per table) or json (one document).")],
+    output: Annotated[Path | None, typer.Option(help="Directory (csv: TABLE.csv each; json: export.json) or "
+                                                     "file; default: standard output (csv: one table).")] = None,
+    table: Annotated[str, typer.Option(help="results, devices (device groups), paths (network), series "
+                                            "(per second), or all.")] = "results",
+) -> None:
+    """Export runs' figures for scripts and spreadsheets; the columns are listed in docs/metrics.md
+    ("Export columns"); a missing value is an empty CSV field or a JSON null."""
+    from orchestrator.export import export as write_export
+    from orchestrator.queries import run_detail
+
+    with _sessions()() as s:
+        details = [run_detail(s, ref) for ref in runs]
+        for path in write_export(details, format, table, output, sys.stdout):
+            print(path)

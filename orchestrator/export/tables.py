@@ -1,0 +1,154 @@
+"""The export's tables: their columns (stable: docs/metrics.md "Export columns" is this list, a test checks
+it) and their rows, built from the store only.
+
+Every value is a number, a string or None (an empty CSV field, a JSON null); a field that holds several
+values (a device group's devices, models) joins them with ``;``. Figures keep the store's precision and are
+converted only in unit (ns -> µs, bytes/s -> MB/s, ms -> s) so a spreadsheet sees what the reports show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.cells import cell_key, key_label
+from orchestrator.queries import RunDetail
+from orchestrator.store.models import Result, Step
+
+Value = str | int | float | bool | None
+WORKLOAD_DIMS = ("rw", "bs", "numjobs", "iodepth", "rwmixread", "percentage_random")
+FIGURES = ("read_iops", "write_iops", "iops", "read_mb_s", "write_mb_s", "mb_s", "lat_mean_us", "lat_max_us",
+           "lat_stddev_us", "lat_p99_us")
+DEVICE_FACTS = ("device_model", "device_serial", "device_firmware")
+STEP_HEAD = ("run", "suite", "host", "devices", "step", "kind", "round", "cell", "dims", "op_mode", "profile")
+
+RESULT_COLUMNS = (*STEP_HEAD, *WORKLOAD_DIMS, "mtu", "paths", *FIGURES, "runtime_s", "fio_version", *DEVICE_FACTS)
+DEVICE_COLUMNS = (*STEP_HEAD, "device", *DEVICE_FACTS, *FIGURES)
+PATH_COLUMNS = ("run", "suite", "group", "cell", "dims", "profile", "mtu", "paths", "tool", "path", "host", "role",
+                "path_name", "path_mtu", "gbps", "iops", "lat_mean_us", "tx_gbps", "rx_gbps", "window_s", "complete")
+SERIES_COLUMNS = ("run", "step", "kind", "round", "cell", "t", "iops", "read_iops", "write_iops", "lat_mean_us",
+                  "lat_max_us", "lat_stddev_us")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[str, ...]
+    rows: list[dict[str, Value]]
+
+
+def _us(ns: Any) -> float | None:
+    return None if ns is None else float(ns) / 1000
+
+
+def _mb(b: Any) -> float | None:
+    return None if b is None else float(b) / 1e6
+
+
+def _joined(values: Sequence[Any]) -> str | None:
+    """``a;b`` for a group; None when no value is known, ``unknown`` for one device's missing value."""
+    if not values or all(v in (None, "") for v in values):
+        return None
+    return ";".join("unknown" if v in (None, "") else str(v) for v in values)
+
+
+def _devices(res: Result) -> list[dict[str, Any]]:
+    prov = res.provenance or {}
+    return list(prov.get("devices") or ([prov["device"]] if prov.get("device") else []))
+
+
+def _cell(cell: Mapping[str, Any]) -> tuple[str, str]:
+    """The cell's name (as compare matches it) and its dims ``k=v;...``. ``net_paths`` (the path names a
+    path mode resolves to on one lab) is left out, as compare leaves it out: ``paths`` says the mode."""
+    c = {k: v for k, v in cell.items() if k != "net_paths"}
+    return key_label(cell_key(c)), ";".join(f"{k}={v}" for k, v in cell_key(c, with_op_mode=True))
+
+
+def _step_head(d: RunDetail, st: Step) -> dict[str, Value]:
+    label, dims = _cell(st.cell)
+    return {"run": d.run.id, "suite": d.run.suite_name, "host": st.host or d.run.host,
+            "devices": _joined(d.run.devices or [d.run.device]), "step": st.name, "kind": st.kind,
+            "round": st.round, "cell": label, "dims": dims, "op_mode": st.cell.get("op_mode"),
+            "profile": st.cell.get("profile")}
+
+
+def _metrics_figures(m: Mapping[str, Any]) -> dict[str, Value]:
+    """The figures of a StepMetrics dump (a device of a group)."""
+    c, r, w = m.get("combined") or {}, m.get("read") or {}, m.get("write") or {}
+    return {"read_iops": r.get("iops"), "write_iops": w.get("iops"), "iops": c.get("iops"),
+            "read_mb_s": _mb(r.get("bw_bytes")), "write_mb_s": _mb(w.get("bw_bytes")), "mb_s": _mb(c.get("bw_bytes")),
+            "lat_mean_us": _us(c.get("lat_mean_ns")), "lat_max_us": _us(c.get("lat_max_ns")),
+            "lat_stddev_us": _us(c.get("lat_stddev_ns")),
+            "lat_p99_us": _us((c.get("percentiles_ns") or {}).get("p99"))}
+
+
+def _measured(d: RunDetail) -> Iterator[tuple[Step, Result]]:
+    for st in d.steps:
+        res = d.results.get(st.id)
+        if res is not None:
+            yield st, res
+
+
+def result_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
+    for st, res in _measured(d):
+        w = st.workload or {}
+        devs = _devices(res)
+        yield {**_step_head(d, st), **{k: w.get(k, st.cell.get(k)) for k in WORKLOAD_DIMS},
+               "mtu": st.cell.get("mtu"), "paths": st.cell.get("paths"),
+               "read_iops": res.read_iops, "write_iops": res.write_iops, "iops": res.iops,
+               "read_mb_s": _mb(res.read_bw_bytes), "write_mb_s": _mb(res.write_bw_bytes), "mb_s": _mb(res.bw_bytes),
+               "lat_mean_us": _us(res.lat_mean_ns), "lat_max_us": _us(res.lat_max_ns),
+               "lat_stddev_us": _us(res.lat_stddev_ns), "lat_p99_us": _us(res.lat_p99_ns),
+               "runtime_s": res.runtime_ms / 1000, "fio_version": res.fio_version or None,
+               **{f: _joined([dv.get(f.removeprefix("device_")) for dv in devs]) for f in DEVICE_FACTS}}
+
+
+def device_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
+    for st, res in _measured(d):
+        facts = {dv.get("path"): dv for dv in _devices(res)}
+        for path, m in (res.per_device or {}).items():
+            dv = facts.get(path, {})
+            yield {**_step_head(d, st), "device": path,
+                   **{f: dv.get(f.removeprefix("device_")) or None for f in DEVICE_FACTS}, **_metrics_figures(m)}
+
+
+def path_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
+    for g in d.net_groups:
+        label, dims = _cell(g.cell)
+        window = g.window_end - g.window_start if g.window_start is not None and g.window_end is not None else None
+        for path, e in g.per_path.items():
+            yield {"run": d.run.id, "suite": d.run.suite_name, "group": g.name, "cell": label, "dims": dims,
+                   "profile": g.cell.get("profile"),
+                   "mtu": g.cell.get("mtu"), "paths": g.cell.get("paths"), "tool": g.cell.get("tool"), "path": path,
+                   "host": e.get("host"), "role": e.get("role"), "path_name": e.get("path"),
+                   "path_mtu": e.get("mtu"), "gbps": e.get("gbps"), "iops": e.get("iops"),
+                   "lat_mean_us": _us(e.get("lat_mean_ns")), "tx_gbps": e.get("tx_gbps"),
+                   "rx_gbps": e.get("rx_gbps"), "window_s": window, "complete": g.complete}
+
+
+def series_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
+    for st, res in _measured(d):
+        cols = res.series or {}
+        label = _cell(st.cell)[0]
+        for i, t in enumerate(cols.get("t") or []):
+            yield {"run": d.run.id, "step": st.name, "kind": st.kind, "round": st.round, "cell": label, "t": t,
+                   **{c: _at(cols.get(c), i) for c in SERIES_COLUMNS[6:]}}
+
+
+def _at(col: Any, i: int) -> Value:
+    return col[i] if isinstance(col, list) and i < len(col) else None
+
+
+TABLES: dict[str, tuple[tuple[str, ...], Callable[[RunDetail], Iterator[dict[str, Value]]]]] = {
+    "results": (RESULT_COLUMNS, result_rows), "devices": (DEVICE_COLUMNS, device_rows),
+    "paths": (PATH_COLUMNS, path_rows), "series": (SERIES_COLUMNS, series_rows)}
+
+
+def build(details: Sequence[RunDetail], names: Sequence[str]) -> list[Table]:
+    """The named tables over every run, rows in run then plan order, keys in column order."""
+    out = []
+    for name in names:
+        columns, rows = TABLES[name]
+        out.append(Table(name, columns, [{c: r.get(c) for c in columns} for d in details for r in rows(d)]))
+    return out

@@ -1,0 +1,311 @@
+"""A run's provenance as people read it: platform, devices, how the device state was set, what was run.
+
+Everything a result's ``provenance`` (and the run row) holds, turned into labelled text values: what a
+review's "test platform" paragraph lists (server, BIOS, CPUs, memory, OS, kernel, fio, HBAs and drivers,
+each device's model / serial / firmware / capacity / driver), how the OP mode was set (a footprint
+emulation or the device itself), the purge, the preconditioning, and every override that makes a run
+differ from the published suite. A value the host did not expose is ``"unknown"``, never ``None`` or an
+empty cell. One view for the terminal, Markdown and HTML reports and the export.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from labcontract.errors import LabError
+from labcontract.suite import parse_suite
+from labcontract.units import format_size
+from orchestrator.cells import op_modes as cell_op_modes
+from orchestrator.queries import RunDetail
+from orchestrator.states import TERMINAL_RUN
+from orchestrator.store.models import Result, Run, Step
+
+UNKNOWN = "unknown"
+DEVICE_COLUMNS = ("name", "path", "model", "serial", "firmware", "capacity", "driver")
+ReadArtifact = Callable[[str], bytes]     # an artifact's bytes by its path under the artifact root
+Rows = list[tuple[str, str]]
+
+
+def text(value: Any) -> str:
+    """A value for display: ``unknown`` for None / empty."""
+    if value is None or (isinstance(value, str | list | tuple | dict) and not value):
+        return UNKNOWN
+    return str(value)
+
+
+def _join(*parts: Any, sep: str = " ") -> str:
+    """The known parts joined; ``unknown`` when none is known."""
+    return text(sep.join(str(p) for p in parts if p not in (None, "")))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    device_label: str                 # what a legend calls the device(s): model and capacity, "2 x model" for groups
+    os: str                           # "Debian GNU/Linux 12 (bookworm)" or "unknown"
+    op_modes: list[str]               # the run's OP modes, e.g. ["stock"], ["hp:20"]
+    partial: bool                     # the run has not ended: figures are what has been measured so far
+    sections: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)   # title -> (label, value)
+    devices: list[dict[str, str]] = field(default_factory=list)                      # DEVICE_COLUMNS -> value
+    warnings: list[str] = field(default_factory=list)   # overrides that leave the published methodology
+
+
+# --------------------------------------------------------------------------- platform
+
+
+def _gb(size: Any) -> str:
+    return f"{size / 1e9:,.1f} GB" if isinstance(size, int | float) and size > 0 else UNKNOWN
+
+
+def _controllers(host: Mapping[str, Any]) -> str:
+    out = []
+    for c in host.get("storage_controllers") or []:
+        ven, dev = (str(c.get(k) or "?").removeprefix("0x") for k in ("vendor_id", "device_id"))
+        ids = f"[{ven}:{dev}]"
+        out.append(f"{c.get('slot')} {c.get('name') or c.get('class_name')} {ids} driver {text(c.get('driver'))}")
+    return text("; ".join(out))
+
+
+def platform_rows(host: Mapping[str, Any], *, agent_version: Any = None, fio_version: Any = None) -> Rows:
+    """A host's platform as a review lists it, from its registered facts (``HostFacts`` dump)."""
+    cores, threads, sockets = host.get("cpu_cores"), host.get("cpu_threads"), host.get("cpu_sockets")
+    if isinstance(sockets, int) and isinstance(cores, int) and sockets > 0 and cores % sockets == 0:
+        topology = f"{sockets} x {cores // sockets} cores ({text(threads)} threads)"
+    else:
+        topology = f"{text(sockets)} socket(s), {text(cores)} cores ({text(threads)} threads)"
+    mem = host.get("memory_bytes")
+    bios = _join(host.get("bios_vendor"), host.get("bios_version"))
+    if host.get("bios_date"):
+        bios = f"{bios} ({host['bios_date']})"
+    return [("host", text(host.get("hostname"))),
+            ("server", _join(host.get("sys_vendor"), host.get("product_name"), host.get("product_version"))),
+            ("board", _join(host.get("board_vendor"), host.get("board_name"))),
+            ("BIOS", bios),
+            ("CPU", text(host.get("cpu_model"))),
+            ("sockets x cores (threads)", topology),
+            ("memory", f"{mem / 2**30:,.1f} GiB" if isinstance(mem, int) and mem > 0 else UNKNOWN),
+            ("OS", text(host.get("os"))),
+            ("kernel", text(host.get("kernel"))),
+            ("fio", text(fio_version or host.get("fio_version"))),     # what ran, else as registered
+            ("agent version", text(agent_version)),
+            ("storage controllers", _controllers(host))]
+
+
+def _device_row(d: Mapping[str, Any], host: Mapping[str, Any]) -> dict[str, str]:
+    """One DEVICE_COLUMNS row; the driver says how the device is attached and through which controller."""
+    slot = d.get("controller")
+    ctrl = next((c for c in host.get("storage_controllers") or [] if c.get("slot") == slot), None)
+    via = ", ".join(str(x) for x in (d.get("transport"), slot and (
+        f"{slot} {ctrl.get('name') or ctrl.get('class_name')}" if ctrl else slot)) if x)
+    driver = text(d.get("driver")) + (f" ({via})" if via and d.get("driver") else "")
+    return {"name": text(d.get("name")), "path": text(d.get("path")), "model": text(d.get("model")),
+            "serial": text(d.get("serial")), "firmware": text(d.get("firmware")),
+            "capacity": _gb(d.get("size_bytes")), "driver": driver}
+
+
+def device_label(devices: Sequence[Mapping[str, Any]]) -> str:
+    """``QEMU HARDDISK 107.4 GB``; ``2 x loop 0.1 GB`` for a group (a device with no model is named by its
+    driver or kind)."""
+    if not devices:
+        return UNKNOWN
+    names = list(dict.fromkeys(str(d.get("model") or d.get("driver") or d.get("kind") or UNKNOWN) for d in devices))
+    sizes = {d.get("size_bytes") for d in devices}
+    cap = f" {_gb(next(iter(sizes)))}" if len(sizes) == 1 and _gb(next(iter(sizes))) != UNKNOWN else ""
+    return (f"{len(devices)} x " if len(devices) > 1 else "") + " / ".join(names) + cap
+
+
+# --------------------------------------------------------------------------- device state
+
+
+def _mode_how(mode: str, steps: Sequence[Step], results: Mapping[str, Result]) -> str:
+    """How an OP mode was set: on the device (dut_state's method and capacities) or emulated by fio's
+    footprint (the size= every job of the mode carries)."""
+    mine = [st for st in steps if st.workload and st.cell.get("op_mode", "stock") == mode]
+    notes = [str((results[st.id].provenance.get("op_note") if st.id in results else None) or st.note or "")
+             for st in mine]
+    note = next((n for n in notes if "applied on the device" in n or "set on the device" in n), None)
+    if note is not None:
+        return f"on-device: {note}"
+    if mode == "stock":
+        return "stock: the device's full advertised capacity, no OP applied"
+    prints = list(dict.fromkeys(str(st.workload.get("footprint")) for st in mine if st.workload
+                                and st.workload.get("footprint") is not None))
+    sizes = ", ".join(p if p.endswith("%") else format_size(int(p)) for p in prints) or UNKNOWN
+    why = next((n for n in notes if n), "")
+    return f"emulated: fio footprint size={sizes}" + (f" ({why})" if why else "")
+
+
+def _artifact(step: Step, name: str, read: ReadArtifact | None) -> bytes | None:
+    if read is None:
+        return None
+    for att in reversed(step.attempts):
+        art = next((a for a in att.artifacts if a.name == name), None)
+        if art is not None:
+            try:
+                return read(art.path)
+            except OSError:
+                return None
+    return None
+
+
+def _purge(steps: Sequence[Step], read: ReadArtifact | None) -> str:
+    """The purge method: the agent's purge.sh commands, or what dut_state's purge items did; ``none``."""
+    out: list[str] = []
+    for st in steps:
+        if st.kind == "purge":
+            script = _artifact(st, "purge.sh", read)
+            cmds = [ln for ln in (script or b"").decode(errors="replace").splitlines() if ln and ln != "set -eu"]
+            how = "; ".join(cmds) or "agent discard (blkdiscard for block devices, fallocate --punch-hole for files)"
+            out.append(f"{how} [{st.state}]")
+        elif st.kind == "dut_state":
+            out += [f"{p} [{st.state}]" for p in st.note.split("; ") if p.startswith("purge ")]
+    return "; ".join(dict.fromkeys(out)) or "none"
+
+
+def _dut_facts_rows(phase: str, facts: Mapping[str, Any]) -> Rows:
+    rows = []
+    for dut in facts.get("duts") or []:
+        drv = dut.get("driver") or {}
+        health = dut.get("health") or {}
+        rows.append((f"DUT facts ({phase}): {text(dut.get('name'))}",
+                     f"{text(dut.get('real_path') or dut.get('path'))} {text(dut.get('interface'))}, model "
+                     f"{text(dut.get('model'))}, firmware {text(dut.get('firmware'))}, driver "
+                     f"{_join(drv.get('name'), drv.get('version'))}, capacity {_gb(dut.get('capacity_bytes'))}, "
+                     f"health {', '.join(f'{k}={v}' for k, v in health.items()) or UNKNOWN}"))
+    return rows
+
+
+def _precondition_rows(detail: RunDetail) -> Rows:
+    rows = []
+    for pc in detail.preconditions:
+        st = next((s for s in detail.steps if s.kind == "precondition" and s.seq == pc.seq and s.workload), None)
+        w = st.workload if st is not None and st.workload else {}
+        mix = f" {w['rwmixread']}/{100 - w['rwmixread']}" if w.get("rwmixread") is not None else ""
+        what = (f"{w.get('rw')}{mix} {format_size(int(w['bs']))} at {w.get('numjobs')}T/{w.get('iodepth')}Q, "
+                f"{w.get('runtime')} s rounds") if w.get("bs") else UNKNOWN
+        state = "running" if pc.steady is None else "steady" if pc.steady else "NOT steady"
+        rows.append((f"preconditioning {pc.name}", f"{what}; {len(pc.rounds)} round(s), {state}: "
+                                                   f"{text(pc.verdict)}"))
+    return rows
+
+
+def device_state_rows(detail: RunDetail, modes: Sequence[str], prov: Mapping[str, Any],
+                      read: ReadArtifact | None = None) -> Rows:
+    steps = detail.steps
+    rows: Rows = [("OP mode(s)", ", ".join(modes) or UNKNOWN)]
+    rows += [(f"OP mode {m}", _mode_how(m, steps, detail.results)) for m in modes]
+    rows += [(f"provisioned: {st.name}", f"{st.state}: {text(st.note)}") for st in steps if st.kind == "dut_state"]
+    rows.append(("purge", _purge(steps, read)))
+    if prov.get("dut_facts"):
+        rows += _dut_facts_rows("before", prov["dut_facts"])
+    after = next((st for st in steps if st.kind == "facts" and st.cell.get("phase") == "after"), None)
+    raw = _artifact(after, "facts.json", read) if after is not None else None
+    if raw is not None:
+        try:
+            rows += _dut_facts_rows("after", json.loads(raw))
+        except ValueError:
+            rows.append(("DUT facts (after)", f"unreadable facts.json of {after.name if after else '?'}"))
+    elif after is not None:
+        rows.append(("DUT facts (after)", f"{after.state} (facts.json not read)"))
+    return rows + (_precondition_rows(detail) or [("preconditioning", "none")])
+
+
+# --------------------------------------------------------------------------- run and overrides
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if t is not None else UNKNOWN
+
+
+def override_warnings(run: Run) -> list[str]:
+    """Plain warnings for overrides that shorten the published suite (a 2 s run must not read like it)."""
+    if run.runtime_override is None and (run.scale is None or run.scale >= 1):
+        return []
+    try:
+        suite = parse_suite(run.suite_text, run.suite_source)
+        said: int | None = max((c.workload.runtime for c in suite.cells), default=None)
+    except (LabError, ValueError):
+        said = None
+    out = []
+    says = f"suite says {said} s" if said is not None else "the suite's own runtime unknown"
+    if run.runtime_override is not None and (said is None or run.runtime_override < said):
+        out.append(f"runtime overridden to {run.runtime_override} s per cell ({says}): "
+                   "not the published methodology")
+    if run.scale is not None and run.scale < 1:
+        out.append(f"durations scaled by {run.scale:g} (runtimes, ramps, precondition rounds; {says}): "
+                   "not the published methodology")
+    return out
+
+
+def run_rows(run: Run, warnings: Sequence[str]) -> Rows:
+    return [("run", run.id), ("suite", run.suite_name), ("suite source", text(run.suite_source)),
+            ("suite sha256", text(run.suite_sha256)),
+            *([] if run.topology else [("host", text(run.host))]), ("submitted", _when(run.submitted_at)),
+            ("started", _when(run.started_at)), ("ended", _when(run.ended_at)),
+            ("state", _join(run.state, run.reason, sep=": ")),
+            ("runtime override", f"{run.runtime_override} s per cell" if run.runtime_override is not None
+             else "none"),
+            ("scale", f"x{run.scale:g}" if run.scale is not None else "none"),
+            ("live telemetry", "on (per-second fio snapshots)" if run.live else "off"),
+            *(("warning", w) for w in warnings)]
+
+
+# --------------------------------------------------------------------------- describe
+
+
+def _main_result(detail: RunDetail) -> Result | None:
+    """The result whose provenance stands for the run: the latest measured one (facts as last registered)."""
+    measured = [detail.results[st.id] for st in detail.steps if st.id in detail.results]
+    return measured[-1] if measured else None
+
+
+def _network_sections(detail: RunDetail) -> list[tuple[str, Rows]]:
+    topo = detail.run.topology or {}
+    by_host: dict[str, Result] = {}
+    for st in detail.steps:
+        if st.id in detail.results:
+            by_host[st.host] = detail.results[st.id]
+    hosts = [topo.get("target"), *(topo.get("initiators") or [])]
+    net = [("target", text(topo.get("target"))), ("initiators", text(", ".join(topo.get("initiators") or []))),
+           ("tool", text(topo.get("tool"))), ("paths", text(", ".join(map(str, topo.get("paths") or [])))),
+           ("MTUs", text(", ".join(dict.fromkeys(str(st.cell.get("mtu")) for st in detail.steps
+                                                 if st.cell.get("mtu") is not None)))),
+           ("path modes", text(", ".join(dict.fromkeys(str(st.cell.get("paths")) for st in detail.steps
+                                                       if st.cell.get("paths")))))]
+    out: list[tuple[str, Rows]] = [("Network", net)]
+    for i, h in enumerate(hosts):
+        res = by_host.get(str(h))
+        p = res.provenance if res is not None else {}
+        role = "target" if i == 0 else "initiator"
+        out.append((f"Platform: {role} {text(h)}", platform_rows(p.get("host") or {"hostname": h},
+                                                                 agent_version=p.get("agent_version"))))
+    return out
+
+
+def describe(detail: RunDetail, read_artifact: ReadArtifact | None = None) -> Provenance:
+    """The run's provenance (see the module docstring). ``read_artifact`` (``ArtifactStore.read``) lets it
+    name the exact purge commands and the DUT facts recorded after the run; without it they are summarised."""
+    run = detail.run
+    res = _main_result(detail)
+    prov: dict[str, Any] = res.provenance if res is not None else {}
+    host = prov.get("host") or {}
+    modes = cell_op_modes(st.cell for st in detail.steps if st.kind not in ("net", "facts"))
+    warnings = override_warnings(run)
+    if run.topology:
+        sections = [*_network_sections(detail), ("Run", run_rows(run, warnings))]
+        os_name = text(next((s[1] for t, rows in sections if t.startswith("Platform") for s in rows
+                             if s[0] == "OS" and s[1] != UNKNOWN), None))
+        return Provenance(device_label=f"network {text((run.topology or {}).get('tool'))}", os=os_name,
+                          op_modes=modes, partial=run.state not in TERMINAL_RUN, sections=sections,
+                          warnings=warnings)
+    devices = prov.get("devices") or [{"path": p} for p in (run.devices or [run.device])]
+    sections = [("Platform", platform_rows(host, agent_version=prov.get("agent_version"),
+                                           fio_version=res.fio_version if res is not None else None)),
+                ("Device state", device_state_rows(detail, modes, prov, read_artifact)),
+                ("Run", run_rows(run, warnings))]
+    return Provenance(device_label=device_label(devices), os=text(host.get("os")), op_modes=modes,
+                      partial=run.state not in TERMINAL_RUN, sections=sections,
+                      devices=[_device_row(d, host) for d in devices], warnings=warnings)
