@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 LAB_DIR ?= $(CURDIR)/.lab
 DEMO_PKGS := fio redis-server util-linux python3-venv
-TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime chromium
+TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime chromium mariadb-server sysbench xfsprogs
 
 .PHONY: demo test lint typecheck unit integration bench system-deps system-test-deps clean
 

@@ -28,15 +28,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from labcontract.apps import AppStart
 from labcontract.errors import ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.suite import MAX_RUNTIME_S, MAX_SUITE_BYTES, Workload
 
-PROTOCOL_VERSION = 5   # 2: StartStep carries an action and a device list (device groups, purge)
+PROTOCOL_VERSION = 6   # 2: StartStep carries an action and a device list (device groups, purge)
                        # 3: heartbeats carry health checks; an attempt can end in "timeout"; Release
                        # 4: action "net" (network steps started together on several hosts); Submit initiators
                        # 5: each agent appends to its own events stream (identity enforced by Redis ACLs),
                        #    dead-letter stream, strict start messages, error replies to wrong-version commands
+                       # 6: action "app" (application workloads on the DUT: sysbench, pgbench, external)
 
 TASK_START = "lab.agent.start_step"
 TASK_CANCEL = "lab.agent.cancel_step"
@@ -110,18 +112,25 @@ class StartStep(Message):
     step_id: SafeId
     attempt_id: SafeId
     host: StartHost
-    action: Literal["fio", "purge", "net"] = "fio"
+    action: Literal["fio", "purge", "net", "app"] = "fio"
     devices: Annotated[tuple[DeviceRef, ...], Field(max_length=256)]   # declared DUTs (several: a group); none: net
     job_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.%@-]{0,255}$")]   # the step's name
     # the step's phase (telemetry); provision / dut_state / facts steps run on the controller, never here
-    kind: Literal["purge", "precondition", "measure", "provision", "dut_state", "facts", "net"] = "measure"
+    kind: Literal["purge", "precondition", "measure", "provision", "dut_state", "facts", "net", "app"] = "measure"
     round: Annotated[int, Field(ge=-100_000, le=100_000)] = 0   # precondition round (< 0: a re-purge slot)
     suite: Annotated[str, Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$")] = ""
     workload: Workload | None = None      # required for actions "fio" and "net"; as strict as a suite
     net: NetStart | None = None           # required for action "net"
+    app: AppStart | None = None           # required for action "app"
     status_interval_s: Annotated[int, Field(ge=1, le=3600)] | None = None   # fio --status-interval
     timeout_s: Annotated[int, Field(ge=1, le=MAX_STEP_TIMEOUT_S)]   # the agent stops the process past this
     dispatched_at: StartFloat
+
+    @model_validator(mode="after")
+    def _app_part(self) -> StartStep:
+        if (self.action == "app") != (self.app is not None):
+            raise ValueError('the "app" part comes with action "app", and only with it')
+        return self
 
 
 class CancelStep(Message):
