@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 LAB_DIR ?= $(CURDIR)/.lab
 DEMO_PKGS := fio redis-server util-linux python3-venv
-TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime chromium mariadb-server sysbench xfsprogs
+TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime chromium mariadb-server sysbench xfsprogs ioping
 
 .PHONY: demo test lint typecheck unit integration bench system-deps system-test-deps clean
 
@@ -41,14 +41,16 @@ system-deps:
 system-test-deps:
 	@scripts/ensure-packages $(TEST_PKGS)
 
+# The project's base install is the agent's alone (a lab host: pip install storagelab); the controller,
+# labctl and the demo lab need the controller extra, the tests the dev extra too (docs/deployment.md).
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e .
+	$(PY) -m pip install -q -c constraints.txt -e '.[controller]'
 	@touch $@
 
 $(VENV)/.dev-installed: $(VENV)/.installed
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[controller,dev]'
 	@touch $@
 
 clean:

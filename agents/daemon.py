@@ -7,7 +7,10 @@ local disk (see :mod:`agents.runner`).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,11 +20,12 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from agents import health
+from agents import health, kinds
 from agents.live import LiveReader
-from agents.runner import SAFE_ID, Attempt, FioRunner, checked_job, same_device
+from agents.runner import SAFE_ID, Attempt, FioRunner
+from agents.workloads import Workloads
 from labcontract import __version__, interlock
-from labcontract.errors import DeviceRefused, FioError, LabError, ProtocolError
+from labcontract.errors import FioError, LabError, ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts, NetPathDecl
 from labcontract.live import LiveStatus
 from labcontract.protocol import (
@@ -43,6 +47,7 @@ from labcontract.telemetry import LIVE_KEY_PREFIX
 log = logging.getLogger(__name__)
 
 EVENTS_MAXLEN = 200_000
+DEFAULT_APP_MOUNT_ROOT = Path("/run/storagelab/apps")
 LIVE_TTL_S = 5
 _LIVE_LIST = TypeAdapter(list[LiveStatus])
 
@@ -62,6 +67,10 @@ class AgentConfig:
     smart_every: int = 20            # ... and SMART / NVMe smart-log on every Nth heartbeat
     net_paths: tuple[NetPathDecl, ...] = ()   # declared network paths (network steps name them)
     manage_mtu: bool = False         # a network step sets its paths' MTU (else it only checks it)
+    workloads: Workloads | None = None   # declared external workloads (--app-workloads FILE)
+    # application steps mount the DUT at <app_mount_root>/<attempt id>: a directory outside the state directory
+    # that every OS user may traverse (PostgreSQL runs as its own user); /run: gone at reboot, as mounts are
+    app_mount_root: Path | None = DEFAULT_APP_MOUNT_ROOT
 
 
 class EventPublisher:
@@ -149,26 +158,17 @@ class Agent:
         self.last_error_at = time.time()
 
     def _register_event(self, running: tuple[str, ...], checks: tuple[HealthCheck, ...] = ()) -> Register:
-        duts = tuple(d.model_copy(update={"observed": interlock.observed_to_dict(interlock.observe(d.path))})
+        duts = tuple(d.model_copy(update={"observed": interlock.observed_to_dict(self.observe(d))})
                      for d in self.config.duts)
         return Register(host=self.host, agent_version=__version__, facts=self.facts, duts=duts,
                         running=running, health=checks)
 
-    def interlock_refusal(self, msg: StartStep, duts: Sequence[DeclaredDut],
-                          written: Sequence[DeclaredDut] | None = None) -> str | None:
-        """The safety interlock, again on the host at start: a purge, or a job whose rendered file writes
-        to a device (``written``: the DUTs the checked job file writes, whatever the workload declares), is
-        refused on a device that is mounted, in use, carries a signature (unless wipe_ok) or backs the root fs."""
-        if msg.action == "purge":
-            op, targets = "purge", list(duts)
-        else:
-            declared_op = interlock.destructive_operation(msg.action, msg.workload.rw if msg.workload else None)
-            targets = list(written) if written is not None else (list(duts) if declared_op else [])
-            op = "write"
-        if not targets:
-            return None
-        declared = [interlock.DeclaredDut(name=d.name, path=d.path, wipe_ok=d.wipe_ok) for d in self.config.duts]
-        return "; ".join(interlock.refusals([interlock.observe(d.path) for d in targets], declared, op)) or None
+    def kind_host(self) -> kinds.Host:
+        """What step kinds know of this host (its declarations; never anything from the wire)."""
+        return kinds.Host(name=self.host, state_dir=self.config.state_dir, duts=self.config.duts,
+                          net_paths=self.config.net_paths, manage_mtu=self.config.manage_mtu,
+                          fio=self.runner.fio, workloads=self.config.workloads,
+                          app_mount_root=self.config.app_mount_root)
 
     def health_checks(self) -> tuple[HealthCheck, ...]:
         every = self.config.health_every
@@ -284,7 +284,12 @@ class Agent:
             self._running = tuple(running)
 
     def _report_end(self, attempt: Attempt) -> None:
+        if self.runner.releasing(attempt):
+            return                 # its slow cleanup goes on in a thread; it wakes the monitor, which reports then
         ended = self.runner.collect(attempt, self.host)
+        kind = self.runner.kind_of(attempt)
+        if kind is not None and kind.refresh_observations:
+            self.publish(self._register_event(tuple(a.attempt_id for a in self.runner.pending())))
         self.publish(ended)
         self.runner.mark_reported(attempt)
         self._log(attempt).info("attempt %s ended: %s exit=%s %s", attempt.attempt_id, ended.outcome,
@@ -300,17 +305,32 @@ class Agent:
 
     # --- task handlers -------------------------------------------------------------------
 
+    def held_by_another(self, msg: StartStep, targets: kinds.Targets) -> str:
+        """Why a new attempt may not start on its DUTs: another attempt of this host still runs on one of them, or
+        still releases it (an application step's server and mount). The controller's reservations keep that from
+        happening; this holds when they cannot (a host declared lost while its step went on)."""
+        mine = {os.path.realpath(d.path) for d in targets.duts}
+        if not mine or self.runner.get(msg.attempt_id) is not None:     # nothing to hold, or a redelivery
+            return ""
+        for other in self.runner.pending():
+            if not (self.runner.running(other) or self.runner.releasing(other)):
+                continue
+            try:
+                refs = other.start_message().devices
+            except (OSError, ValueError):
+                continue
+            theirs = set()
+            for ref in refs:
+                with contextlib.suppress(LabError):
+                    theirs.add(os.path.realpath(self.dut_for(ref).path))
+            if mine & theirs:
+                return (f"DUT {', '.join(sorted(mine & theirs))} is still held by attempt {other.attempt_id} on this "
+                        "host (running, or releasing its server and mount)")
+        return ""
+
     def dut_for(self, device: str) -> DeclaredDut:
         """The declared DUT ``device`` names (its name, path or by-id link; a symlink to it resolved)."""
-        for dut in self.config.duts:
-            if device in (dut.path, dut.name, dut.by_id):
-                return dut
-        if device.startswith("/"):
-            for dut in self.config.duts:
-                if same_device(device, dut.path):
-                    return dut
-        declared = ", ".join(d.path for d in self.config.duts) or "none"
-        raise DeviceRefused(self.host, device, f"not a declared DUT of this host (declared: {declared})")
+        return kinds.find_dut(device, self.kind_host())
 
     def start_step(self, payload: dict[str, Any]) -> None:
         """A start request: validated as strictly as a suite (ids path-safe, every value that reaches the job
@@ -326,23 +346,26 @@ class Agent:
                                        reason=f"start refused: {e}"[:4000]))
             return          # an id that is not path-safe names no attempt the controller could know
         logger = self._log(msg)
-        duts: list[DeclaredDut] = []
-        paths: list[NetPathDecl] = []
+        targets = kinds.Targets()
         if msg.host != self.host:
             refused = f"message for host {msg.host} reached host {self.host}"
-        elif msg.action == "net":
-            paths, problems = self.net_paths_for(msg)
-            refused = "; ".join(problems)
         else:
-            duts, refused = self.duts_for(msg)
+            targets, refused = self.targets_for(msg)
         if refused:
             self.note_error()
             logger.error("refused attempt %s: %s", msg.attempt_id, refused)
             self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=refused))
             return
         with self._lock:
+            held = self.held_by_another(msg, targets)
+            if held:
+                self.note_error()
+                logger.error("refused attempt %s: %s", msg.attempt_id, held)
+                self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=held))
+                return
             try:
-                attempt, launched = self.runner.start(msg, duts, paths, manage_mtu=self.config.manage_mtu)
+                attempt, launched = self.runner.start(msg, manage_mtu=self.config.manage_mtu, targets=targets,
+                                                     host=self.kind_host())
             except FioError as e:
                 self.note_error()
                 logger.error("attempt %s could not start: %s", msg.attempt_id, e)
@@ -354,53 +377,32 @@ class Agent:
                                            reason=str(e)[:4000]))
                 return
             if launched:
-                where = ", ".join(d.path for d in duts) if duts else "path(s) " + ", ".join(p.name for p in paths)
-                logger.info("attempt %s started %s pid %s on %s", msg.attempt_id,
-                            "fio" if msg.action == "fio" else msg.action, attempt.state().get("pid"), where)
+                where = (", ".join(d.path for d in targets.duts) if targets.duts
+                         else "path(s) " + ", ".join(p.name for p in targets.net_paths))
+                logger.info("attempt %s started %s pid %s on %s", msg.attempt_id, msg.action,
+                            attempt.state().get("pid"), where)
                 self.publish(self._started_event(attempt))
             else:
                 logger.info("attempt %s already known; start ignored (redelivery)", msg.attempt_id)
                 self._report(attempt)
 
-    def duts_for(self, msg: StartStep) -> tuple[list[DeclaredDut], str]:
-        """The declared DUTs a fio or purge step names, and why it is refused ("" when it is not). A fio
-        step's job file is rendered and parsed here: every filename must be one of these DUTs, and every
-        DUT a job section writes to goes through the interlock (not the workload's declared rw alone)."""
-        duts, refusals = [], []
-        for device in msg.devices:
-            try:
-                duts.append(self.dut_for(device))
-            except DeviceRefused as e:
-                refusals.append(str(e))
-        if refusals or not duts:
-            return duts, "; ".join(refusals) or "no device named"
-        if len({d.path for d in duts}) != len(duts):
-            return duts, "a device is named twice in one step"
-        written: tuple[DeclaredDut, ...] | None = None
-        if msg.action == "fio":
-            try:
-                written = checked_job(msg, duts).written
-            except FioError as e:
-                return duts, str(e)
-        return duts, self.interlock_refusal(msg, duts, written) or ""
+    def observe(self, dut: DeclaredDut) -> interlock.ObservedState:
+        """The DUT as the interlock sees it, its filesystem marked when this lab made it (agents.kinds.app)."""
+        from agents.kinds.app import lab_filesystem_on
 
-    def net_paths_for(self, msg: StartStep) -> tuple[list[NetPathDecl], list[str]]:
-        """The declared paths a network step names, and what is wrong with the request."""
-        declared = {p.name: p for p in self.config.net_paths}
-        problems, paths = [], []
-        if msg.net is None:
-            return [], ["a network step without its net part"]
-        for name in msg.net.paths:
-            p = declared.get(name)
-            if p is None:
-                problems.append(f"path {name!r} is not declared on this host (declared: "
-                                f"{', '.join(declared) or 'none'}; agent --net-path NAME=IFACE[@PEER])")
-            elif msg.net.role == "initiator" and not p.peer:
-                problems.append(f"path {name!r} ({p.iface}) declares no peer address (the target's portal: "
-                                f"--net-path {name}={p.iface}@ADDRESS)")
-            else:
-                paths.append(p)
-        return paths, problems
+        obs = interlock.observe(dut.path)
+        fs = any(sig.kind == "filesystem" for sig in obs.signatures)
+        return dataclasses.replace(obs, lab_fs=True) if fs and lab_filesystem_on(self.config.state_dir, dut) else obs
+
+    def targets_for(self, msg: StartStep) -> tuple[kinds.Targets, str]:
+        """What ``msg`` names, resolved against this host's declarations and checked by its step kind (the
+        DUTs, through the interlock; a fio step's rendered job file; a network step's paths; an application
+        step's workload), and why it is refused ("" when it is not)."""
+        try:
+            kind = kinds.get(msg.action)
+        except FioError as e:
+            return kinds.Targets(), str(e)
+        return kind.targets(msg, self.kind_host())
 
     def cancel_step(self, payload: dict[str, Any]) -> None:
         msg: CancelStep = decode(CancelStep, payload)

@@ -101,6 +101,7 @@ class AgentCollector(Collector):
         host = self.agent.host
         now = self.clock()
         yield from self._step_families(host, tuple(self.agent.live), now)
+        yield from self._app_families(host, tuple(self.agent.live))
         up, age, running, err = (gauge(m) for m in (T.AGENT_UP, T.AGENT_HEARTBEAT_AGE, T.AGENT_FIO_RUNNING,
                                                      T.AGENT_LAST_ERROR))
         up.add_metric([host], 1)
@@ -135,7 +136,7 @@ class AgentCollector(Collector):
             step_info.add_metric([host, s.run_id, s.step_name, s.suite, s.phase], {})
         if steps:
             running = {s.phase for s in steps}
-            for name in PHASES:
+            for name in (*PHASES, *sorted(running - set(PHASES))):     # net / app: only while one runs
                 phase.add_metric([host, name], 1 if name in running else 0)
             first = steps[0]
             elapsed.add_metric([host], max(now - first.started_at, 0.0))
@@ -145,6 +146,24 @@ class AgentCollector(Collector):
                 rnd.add_metric([host], max(rounds))
         yield from (ios, nbytes, lat["mean"], lat["max"], lat["p99"], threads, iodepth, phase, rnd, elapsed,
                     expected, step_info)
+
+    def _app_families(self, host: str, live: Iterable[LiveStatus]) -> Iterator[Family]:
+        """Application steps' last second (TPS, QPS, latency, errors, point) on their DUT; none without figures."""
+        fams = {m.name: gauge(m) for m in T.APP_METRICS}
+        seen: set[str] = set()
+        for s in sorted(live, key=lambda s: (s.started_at, s.attempt_id)):
+            a = s.app
+            if a is None or not a.device or a.device in seen:
+                continue
+            seen.add(a.device)
+            labels = [host, a.device]
+            figures = ((T.APP_TPS, a.tps, 1.0), (T.APP_QPS, a.qps, 1.0), (T.APP_LAT_AVG, a.lat_avg_ms, 1e-3),
+                       (T.APP_LAT_P95, a.lat_p95_ms, 1e-3), (T.APP_LAT_P99, a.lat_p99_ms, 1e-3),
+                       (T.APP_ERRORS, a.errors_per_s, 1.0), (T.APP_POINT, a.point, 1.0))
+            for metric, value, scale in figures:
+                if value is not None:
+                    fams[metric.name].add_metric(labels, value * scale)
+        yield from fams.values()
 
     def _net_family(self, host: str) -> Family:
         fam = counter(T.NET_PATH_BYTES)

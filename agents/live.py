@@ -27,16 +27,20 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from pydantic import ValidationError
+
+from agents import kinds
 from agents.runner import Attempt
-from labcontract.errors import FioError
+from labcontract.errors import FioError, LabError
 from labcontract.fioresult import percentiles_from_bins
 from labcontract.fioseries import _bin_max, _Part, _Snapshot, _snapshot, _went_back, _zero
-from labcontract.live import DeviceLive, DirectionLive, LiveStatus
+from labcontract.live import AppLive, DeviceLive, DirectionLive, LiveStatus
 from labcontract.protocol import StartStep
 from labcontract.suite import Workload
 
@@ -46,6 +50,10 @@ __all__ = ["TAIL_BYTES", "LiveReader", "live_devices", "read_live", "tail_report
 
 #: First tail read of fio.json: a few reports' worth (a json+ report is 50-120 KB per device).
 TAIL_BYTES = 512 * 1024
+#: An application step's live.json (one second's figures): larger is garbage, and ignored.
+APP_LIVE_MAX_BYTES = 4096
+#: Figures of an application step older than this (by their "t", or the file's mtime) are stale: not shown.
+APP_LIVE_STALE_S = 10.0
 _DIRECTIONS = ("read", "write")
 _DEV_SUFFIX = re.compile(r"\.dev(\d+)$")
 _DECODER = json.JSONDecoder()
@@ -290,27 +298,50 @@ class LiveReader:
             report_bytes=found[-1].end - found[-1].start if found else 0, last=last, devices=devices)
         return devices
 
+    def fio_devices(self, attempt: Attempt, msg: StartStep, w: Workload) -> tuple[DeviceLive, ...]:
+        """A fio step's per-device figures (zero counters while its fio.json is missing or unreadable)."""
+        try:
+            return self._stream(attempt, msg, w)
+        except (OSError, FioError, KeyError, TypeError, ValueError) as e:
+            log.debug("live status of attempt %s: %s", attempt.attempt_id, e)
+            self._streams.pop(attempt.attempt_id, None)
+            return _devices(None, None, msg.devices, w.numjobs, w.iodepth)
+
+    def app_live(self, attempt: Attempt, now: float | None = None) -> AppLive | None:
+        """An application step's last second (its ``live.json``); None when it is missing, too large, not the
+        expected figures (finite, bounded) or stale."""
+        now = time.time() if now is None else now
+        try:
+            with attempt.file("live.json").open("rb") as fh:
+                raw = fh.read(APP_LIVE_MAX_BYTES + 1)
+                mtime = os.fstat(fh.fileno()).st_mtime
+        except OSError:
+            return None
+        if len(raw) > APP_LIVE_MAX_BYTES or now - mtime > APP_LIVE_STALE_S:
+            return None
+        try:
+            live = AppLive.model_validate_json(raw)
+        except (ValidationError, ValueError):
+            log.debug("live status of attempt %s: live.json unreadable", attempt.attempt_id)
+            return None
+        return live if abs(now - live.t) <= APP_LIVE_STALE_S else None
+
     def read(self, attempt: Attempt, host: str, now: float) -> LiveStatus | None:
-        """Live status of a running attempt; None when its start or state record is unreadable."""
+        """Live status of a running attempt; None when its start or state record is unreadable. What a step
+        contributes besides its identity comes from its kind (:meth:`agents.kinds.StepKind.live`)."""
         start = self._start(attempt)
         if start is None:
             return None
         msg, launched = start
-        devices: tuple[DeviceLive, ...] = ()
-        expected = 0.0
-        if msg.action == "fio" and msg.workload is not None:
-            w = msg.workload
-            expected = float(w.expected_seconds)
-            try:
-                devices = self._stream(attempt, msg, w)
-            except (OSError, FioError, KeyError, TypeError, ValueError) as e:
-                log.debug("live status of attempt %s: %s", attempt.attempt_id, e)
-                self._streams.pop(attempt.attempt_id, None)
-                devices = _devices(None, None, msg.devices, w.numjobs, w.iodepth)
+        try:
+            figures = kinds.get(msg.action).live(self, attempt, msg)
+        except LabError as e:
+            log.debug("live status of attempt %s: %s", attempt.attempt_id, e)
+            figures = kinds.LiveFigures()
         return LiveStatus(host=host, attempt_id=attempt.attempt_id, run_id=msg.run_id, step_id=msg.step_id,
                           step_name=msg.job_name, suite=msg.suite, phase=msg.kind, round=msg.round,
-                          started_at=launched, elapsed_s=max(now - launched, 0.0), expected_s=expected,
-                          devices=devices, updated_at=now)
+                          started_at=launched, elapsed_s=max(now - launched, 0.0), expected_s=figures.expected_s,
+                          devices=figures.devices, updated_at=now, app=figures.app)
 
 
 def read_live(attempt: Attempt, host: str, now: float) -> LiveStatus | None:

@@ -6,14 +6,21 @@ Layout under the agent's state directory::
         start.json      the StartStep message that created it
         job.fio         the rendered job file (action fio)
         purge.sh        the purge commands (action purge): blkdiscard / punch-hole, declared DUTs only
-        state.json      pid, process start time, launch time (wall and monotonic, boot id), timeout
+        net-spec.json   app-spec.json   a network / application step's input (actions net, app)
+        state.json      pid, process start time, launch time (wall and monotonic, boot id), timeout,
+                        the action and its kind's command_version
         fio.json        fio --output (json+)
         fio.stdout      fio.stderr
         rc              fio's exit code, written by the wrapper shell when fio exits
         cancelled       present when the attempt was cancelled (holds the reason)
+        released        present once the kind's cleanup ran after the process ended (what it did)
+        cleanup-error   the kind's cleanup failed (why); it is tried again before the next report
         reported        present once the StepEnded event was published
 
-fio runs under a tiny ``sh`` wrapper in its own session (so it survives an agent restart);
+What an action writes and launches, which files go back and what is released after it is its step kind's
+(:mod:`agents.kinds`); the runner only runs it.
+
+The process runs under a tiny ``sh`` wrapper in its own session (so it survives an agent restart);
 the wrapper records fio's exit code, which lets a restarted agent report the result of a
 fio that finished while it was away.
 """
@@ -26,49 +33,35 @@ import json
 import logging
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from labcontract.errors import FioError
+from agents import kinds
+from agents.kinds import Host, StepKind, Targets, same_device
+from agents.kinds.fio import CheckedJob, checked_job
+from agents.kinds.net import net_spec
+from agents.kinds.purge import purge_script
+from labcontract.errors import FioError, LabError
 from labcontract.facts import DeclaredDut, NetPathDecl
-from labcontract.fiojob import JobSection, check_job, render_job
 from labcontract.protocol import ARTIFACT_MAX_BYTES, Artifact, StartStep, StepEnded
 
 log = logging.getLogger(__name__)
 
+__all__ = ["ARTIFACTS", "Attempt", "CheckedJob", "FioRunner", "checked_job", "net_spec", "purge_script",
+           "same_device"]
+
 _WRAPPER = '"$@" >fio.stdout 2>fio.stderr; echo $? >rc.tmp; mv rc.tmp rc'
-ARTIFACTS = ("job.fio", "fio.json", "fio.stderr", "purge.sh", "net-spec.json", "net.json")
-STDERR_TAIL_BYTES = 1 << 20      # fio.stderr is sent as its last MiB
+STDERR_TAIL_BYTES = 1 << 20      # fio.stderr (and a kind's other tails) is sent as its last MiB
 
 
-def purge_script(duts: Sequence[DeclaredDut]) -> str:
-    """Commands that return each DUT to a fresh-out-of-box state as far as the host can without
-    vendor tools: discard (TRIM/UNMAP) a block device, punch out a file-backed DUT's blocks."""
-    lines = ["set -eu"]
-    for d in duts:
-        if d.kind == "block":
-            lines.append(f"blkdiscard --force {shlex.quote(d.path)}")
-        else:
-            lines.append(f"fallocate --punch-hole --offset 0 --length {d.size_bytes} {shlex.quote(d.path)}")
-    return "\n".join(lines) + "\n"
 KILL_GRACE_S = 5.0
-
-
-def net_spec(msg: StartStep, paths: Sequence[NetPathDecl], *, manage_mtu: bool) -> str:
-    """The input of ``agents.netstep``: the message's network part with its paths resolved."""
-    if msg.net is None or msg.workload is None:
-        raise FioError(f"attempt {msg.attempt_id}: a network step without its net part or workload")
-    return json.dumps({**msg.net.model_dump(mode="json"), "host": msg.host, "manage_mtu": manage_mtu,
-                       "workload": msg.workload.model_dump(mode="json"),
-                       "paths": [p.model_dump(mode="json") for p in paths]}, indent=1)
+ARTIFACTS = kinds.all_artifacts()     # every kind's (each attempt sends its own kind's: StepKind.artifacts)
 
 
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -80,39 +73,6 @@ def boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
-
-
-@dataclass(frozen=True)
-class CheckedJob:
-    """A fio job as rendered for a start, parsed back: its sections and the declared DUTs it writes."""
-
-    text: str
-    sections: tuple[JobSection, ...]
-    written: tuple[DeclaredDut, ...]
-
-
-def same_device(a: str, b: str) -> bool:
-    """Whether two paths name one device (symlinks such as /dev/disk/by-id resolved)."""
-    return a == b or os.path.realpath(a) == os.path.realpath(b)
-
-
-def checked_job(msg: StartStep, duts: Sequence[DeclaredDut]) -> CheckedJob:
-    """Render the job of a fio step and check the very text fio will read: only the options render_job
-    emits, and every filename one of ``duts`` (the declared DUTs this step names). FioError otherwise."""
-    if msg.workload is None:
-        raise FioError(f"attempt {msg.attempt_id}: a fio step without a workload")
-    text = render_job(msg.workload, [d.path for d in duts])
-    sections = check_job(text)
-    written: list[DeclaredDut] = []
-    for sec in sections:
-        for name in sec.filenames:
-            dut = next((d for d in duts if same_device(name, d.path)), None)
-            if dut is None:
-                raise FioError(f"job file refused: job {sec.name} opens {name}, not a declared DUT this step names "
-                               f"({', '.join(d.path for d in duts) or 'none'})")
-            if sec.writes and dut not in written:
-                written.append(dut)
-    return CheckedJob(text, sections, tuple(written))
 
 
 def _proc_start_ticks(pid: int) -> int | None:
@@ -172,8 +132,10 @@ class FioRunner:
     def __init__(self, state_dir: Path, fio_binary: str = "fio", on_exit: Callable[[], None] | None = None) -> None:
         self.root = state_dir / "attempts"
         self.root.mkdir(parents=True, exist_ok=True)
+        self.state_dir = state_dir
         self.fio = shutil.which(fio_binary) or fio_binary
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._releasing: dict[str, threading.Thread] = {}   # slow cleanups under way (StepKind.slow_cleanup)
         self.on_exit = on_exit      # called from a waiter thread the moment a child exits
 
     def attempt_path(self, attempt_id: str) -> Path:
@@ -202,35 +164,29 @@ class FioRunner:
                 out.append(a)
         return out
 
-    def start(self, msg: StartStep, duts: Sequence[DeclaredDut], net_paths: Sequence[NetPathDecl] = (),
-              *, manage_mtu: bool = False) -> tuple[Attempt, bool]:
-        """Launch the attempt's process (fio, the purge script, or a network step); idempotent.
-        ``duts`` are the declared DUTs the message names, already checked by the agent; ``net_paths``
-        the declared paths a network step names. Returns (attempt, launched_now)."""
+    def start(self, msg: StartStep, duts: Sequence[DeclaredDut] = (), net_paths: Sequence[NetPathDecl] = (),
+              *, manage_mtu: bool = False, targets: Targets | None = None,
+              host: Host | None = None) -> tuple[Attempt, bool]:
+        """Launch the attempt's process (what its action's step kind launches); idempotent.
+        ``targets`` are what the agent resolved and checked for the message (:meth:`StepKind.targets`);
+        without them, ``duts`` (the declared DUTs the message names, already checked) and ``net_paths`` (the
+        declared paths a network step names). Returns (attempt, launched_now)."""
         path = self.attempt_path(msg.attempt_id)      # before anything is created
         existing = self.get(msg.attempt_id)
         if existing is not None:
             return existing, False
-        job_check = checked_job(msg, duts) if msg.action == "fio" else None   # before anything is created
+        kind = kinds.get(msg.action)
+        if targets is None:
+            targets = Targets(duts=tuple(duts), net_paths=tuple(net_paths), app=msg.app)
+        if host is None:   # what the kinds know of the agent's configuration (the daemon passes its own)
+            host = Host(name=msg.host, state_dir=self.state_dir, manage_mtu=manage_mtu, fio=self.fio)
+        launch = kind.launch(msg, targets, host)       # checked before anything is created
+        job, argv = launch.job, list(launch.argv)
         tmp = self.root / f".{msg.attempt_id}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        if msg.action == "purge":
-            job = purge_script(duts)
-            (tmp / "purge.sh").write_text(job)
-            argv = ["/bin/sh", "purge.sh"]
-        elif msg.action == "net":
-            job = net_spec(msg, net_paths, manage_mtu=manage_mtu)
-            (tmp / "net-spec.json").write_text(job)
-            argv = [sys.executable, "-m", "agents.netstep", "net-spec.json", "net.json"]
-        else:
-            assert job_check is not None
-            job = job_check.text           # byte for byte the planned job, as checked
-            (tmp / "job.fio").write_text(job)
-            argv = [self.fio, "--output-format=json+", "--output=fio.json"]
-            if msg.status_interval_s:
-                argv.append(f"--status-interval={msg.status_interval_s}")
-            argv.append("job.fio")
+        for name, text in launch.files.items():
+            (tmp / name).write_text(text)
         (tmp / "start.json").write_text(msg.model_dump_json())
         tmp.rename(path)   # the attempt exists from here on: a redelivered start is a no-op
         attempt = Attempt(msg.attempt_id, path)
@@ -253,7 +209,8 @@ class FioRunner:
         state = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": _proc_start_ticks(proc.pid),
                  "launched_at": launched, "launched_mono": launched_mono, "boot_id": boot_id(),
                  "timeout_s": msg.timeout_s, "deadline": launched + msg.timeout_s,
-                 "job_sha256": hashlib.sha256(job.encode()).hexdigest()}
+                 "job_sha256": hashlib.sha256(job.encode()).hexdigest(),
+                 "action": kind.action, "command_version": kind.command_version}
         (path / "state.json").write_text(json.dumps(state))
         return attempt, True
 
@@ -289,6 +246,60 @@ class FioRunner:
             time.sleep(0.05)
         if not self.running(attempt):
             attempt.file("stopped_at").write_text(f"{time.time()}\n")   # its end, when the wrapper wrote no rc
+            if not self.releasing(attempt):     # a slow cleanup goes on in its own thread
+                self.release(attempt)
+
+    @staticmethod
+    def kind_of(attempt: Attempt) -> StepKind | None:
+        """The step kind of an attempt (None: its start record is unreadable, or names no known kind)."""
+        try:
+            return kinds.get(attempt.start_message().action)
+        except (OSError, ValueError, LabError):
+            return None
+
+    def releasing(self, attempt: Attempt) -> bool:
+        """Whether the attempt's slow cleanup (:attr:`StepKind.slow_cleanup`) is under way: started here, once its
+        process has ended, in a thread of its own that wakes the agent when it is done. The end is reported
+        after it (:meth:`collect` then finds it done); meanwhile heartbeats go on."""
+        aid = attempt.attempt_id
+        thread = self._releasing.get(aid)
+        if thread is not None:
+            return thread.is_alive()
+        if attempt.file("released").exists() or self.running(attempt):
+            return False
+        kind = self.kind_of(attempt)
+        if kind is None or not kind.slow_cleanup:
+            return False
+
+        def run() -> None:
+            self.release(attempt)
+            if self.on_exit is not None:
+                self.on_exit()
+        thread = threading.Thread(target=run, name=f"release-{aid}", daemon=True)
+        self._releasing[aid] = thread
+        thread.start()
+        return True
+
+    def release(self, attempt: Attempt) -> str:
+        """Run the attempt's kind's cleanup once its process has ended (idempotent: once it succeeded, never
+        again). Returns why it failed ("" when it did not, or had nothing to do); never raises."""
+        if attempt.file("released").exists() or self.running(attempt):
+            return ""
+        kind = self.kind_of(attempt)
+        if kind is None:
+            return ""
+        try:
+            done = kind.cleanup(attempt.path)
+        except Exception as e:         # a failing cleanup must never keep the end from being reported
+            why = f"cleanup failed: {e}"[:2000]
+            log.error("attempt %s: %s", attempt.attempt_id, why)
+            attempt.file("cleanup-error").write_text(why + "\n")
+            return why
+        for line in done:
+            log.info("attempt %s: cleanup: %s", attempt.attempt_id, line)
+        attempt.file("released").write_text("".join(f"{line}\n" for line in done))
+        attempt.file("cleanup-error").unlink(missing_ok=True)
+        return ""
 
     def overdue(self, attempt: Attempt) -> bool:
         """Whether the attempt ran past its ``timeout_s``, measured on this host's monotonic clock from its
@@ -316,16 +327,23 @@ class FioRunner:
         return None
 
     def collect(self, attempt: Attempt, host: str) -> StepEnded:
-        """The end report of an attempt whose fio is no longer running."""
+        """The end report of an attempt whose process is no longer running (its kind's cleanup run first)."""
+        done = self._releasing.pop(attempt.attempt_id, None)
+        if done is not None and attempt.file("cleanup-error").exists():   # its thread tried: never again here
+            cleanup_failed = attempt.file("cleanup-error").read_text().strip()
+        else:
+            cleanup_failed = self.release(attempt)
         st = attempt.state()
         rc = attempt.exit_code
         arts, too_big = [], []
-        for name in ARTIFACTS:
+        kind = self.kind_of(attempt)
+        names, tails = (kind.artifacts, kind.tails) if kind is not None else (kinds.all_artifacts(), ("fio.stderr",))
+        for name in names:
             f = attempt.file(name)
             if not f.exists():
                 continue
             size = f.stat().st_size
-            if name == "fio.stderr" and size > STDERR_TAIL_BYTES:     # a chatty fio: its last words are the news
+            if name in tails and size > STDERR_TAIL_BYTES:     # a chatty process: its last words are the news
                 with f.open("rb") as fh:
                     fh.seek(size - STDERR_TAIL_BYTES)
                     tail = fh.read()
@@ -347,6 +365,9 @@ class FioRunner:
             outcome, reason = "error", "fio ended without recording an exit code (killed with its wrapper)"
         else:
             outcome, reason = "exited", ""
+        if cleanup_failed:
+            outcome, reason = ("error", cleanup_failed) if outcome == "exited" else (
+                outcome, f"{reason}; {cleanup_failed}"[-4096:])
         if too_big:
             left = f"over the {ARTIFACT_MAX_BYTES >> 20} MiB limit of an artifact, not sent: {', '.join(too_big)}"
             outcome, reason = ("error", left) if outcome == "exited" else (outcome, f"{reason}; {left}"[-4096:])

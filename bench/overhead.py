@@ -54,7 +54,7 @@ def main() -> None:
             att = d.steps[0].attempts[0]
             res = d.results[d.steps[0].id]
             assert att.fio_started_at and att.fio_ended_at and att.ended_at
-            return res.iops, att.fio_started_at - t0, att.ended_at - att.fio_ended_at
+            return res.iops or 0.0, att.fio_started_at - t0, att.ended_at - att.fio_ended_at
 
         for i in range(args.warmup):
             print(f"warm-up run {i + 1}: {bare(-1 - i):,.0f} IOPS (discarded)")

@@ -1,7 +1,7 @@
 """A synthetic network run (methodology.md section 6) written to a real store: the built-in ``network-paths``
 suite planned by the real planner for an array (target) and one host (initiator), every cell's ``net.json``
 of both hosts made up with per-path per-second intervals, stored as the controller stores it
-(``Controller._store_net``: a result per host with every path's figures in ``per_path``) and its cell totals
+(``orchestrator.kinds.net.store_net``: a result per host with every path's figures in ``per_path``) and its cell totals
 computed by the real :func:`orchestrator.netgroups.aggregate` into a ``NetGroup``. Unlike the controller of
 this checkout, which drops them, each path's per-second interval series (``[t_start, t_end, bytes, ios, ...]``)
 is kept in ``per_path[path]["series"]``, where the report's "Gbps over time" chart looks for it.
@@ -90,7 +90,7 @@ def _outputs(workload: dict[str, Any], paths: list[str], mtu: int, gbps: dict[st
 
 
 def _result(run: Run, step: Step, out: dict[str, Any], facts: dict[str, Any]) -> Result:
-    """What ``Controller._store_net`` stores for one host's part of a cell, with each path's interval series
+    """What ``orchestrator.kinds.net.store_net`` stores for one host's part of a cell, with each path's interval series
     kept in ``per_path`` (the network chart's "Gbps over time" reads it there; the controller of this
     checkout still drops it, see the module docstring)."""
     paths = {name: dict(p) | {"mtu": out["mtu"].get(name)} for name, p in out["paths"].items()}
@@ -108,7 +108,8 @@ def _result(run: Run, step: Step, out: dict[str, Any], facts: dict[str, Any]) ->
                   bw_bytes=total["gbps"] * 1e9 / 8,
                   lat_mean_ns=sum(v * w for v, w in lat) / sum(w for _v, w in lat) if lat else None,
                   lat_max_ns=None, lat_stddev_ns=None, lat_p99_ns=None, runtime_ms=int(total["seconds"] * 1000),
-                  fio_version="fio", metrics={k: v for k, v in out.items() if k != "paths"}, per_path=paths,
+                  fio_version=None, kind="net", tool=out["tool"], tool_version="", throughput=total["gbps"],
+                  throughput_unit="Gbps", metrics={k: v for k, v in out.items() if k != "paths"}, per_path=paths,
                   series=None, provenance={"host": facts, "agent_version": "0.13.0", "role": out["role"],
                                            "tool": out["tool"], "mtu": out["mtu"], "suite_sha256": run.suite_sha256,
                                            "net_spec": {"start_at": out["start_at"], "late_s": out["late_s"]},

@@ -112,7 +112,7 @@ def main() -> None:
             with db() as s:
                 d = run_detail(s, run_id)
                 assert d.run.state == "SUCCEEDED", d.run.reason
-                return d.results[d.steps[0].id].iops, cpu
+                return d.results[d.steps[0].id].iops or 0.0, cpu
 
         run("tele-off", False)          # warm-up, discarded
         ratios, cpu_on, cpu_off = [], [], []

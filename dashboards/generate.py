@@ -432,10 +432,53 @@ def network_paths() -> JSON:
     return b.json()
 
 
+def live_app() -> JSON:
+    b = Board("lab-live-app", "Live application run",
+              "The running application steps of one run (sysbench OLTP on MariaDB, pgbench on PostgreSQL, "
+              "declared external workloads), second by second: transactions per second, latency and errors on "
+              "the DUT.", time_from="now-15m")
+    b.variables = [
+        query_variable("run", "Run", T.STEP_INFO.sample_name, "run", multi=False, sort=2),
+        query_variable("host", "Host", f'{T.STEP_INFO.sample_name}{{run=~"$run"}}', "host"),
+        query_variable("device", "Device", f"{T.APP_TPS.sample_name}{{{HOST}}}", "device"),
+    ]
+    info = f'{T.STEP_INFO.sample_name}{{run=~"$run", {HOST}}}'
+    b.annotations = [prometheus_annotation(
+        "Step starts", f"max by (host, run, step) ({info} unless {info} offset 5s)",
+        title="{{step}}", text="step {{step}} of {{run}} starts on {{host}}", color="#8AB8FF")]
+    b.add(timeseries("Application TPS",
+                     [Q(f"max by (host, device) ({T.APP_TPS.sample_name}{{{HOST_DEVICE}}}){JOIN}",
+                        "{{device}} TPS ({{step}})"),
+                      Q(f"max by (host, device) ({T.APP_POINT.sample_name}{{{HOST_DEVICE}}}){JOIN}",
+                        "{{device}} threads / clients")],
+                     unit="short",
+                     description="Transactions per second of the running application step, each second, with the "
+                                 "point of the ladder (threads / clients) on the right axis.",
+                     overrides=[right_axis("B", unit="none", label="threads / clients")]), 24, 9)
+    b.add(timeseries("Application latency: average, p95, p99",
+                     [Q(f"max by (host, device) ({m.sample_name}{{{HOST_DEVICE}}}){JOIN}",
+                        f"{label} {{{{device}}}}")
+                      for label, m in (("avg", T.APP_LAT_AVG), ("p95", T.APP_LAT_P95), ("p99", T.APP_LAT_P99))],
+                     unit="s", log_scale=True,
+                     description="Transaction latency over each second, as the tool reports it."), 16, 9)
+    b.add(timeseries("Application QPS and errors",
+                     [Q(f"max by (host, device) ({T.APP_QPS.sample_name}{{{HOST_DEVICE}}}){JOIN}",
+                        "{{device}} QPS"),
+                      Q(f"max by (host, device) ({T.APP_ERRORS.sample_name}{{{HOST_DEVICE}}}){JOIN}",
+                        "{{device}} errors/s")],
+                     unit="short", overrides=[right_axis("B", unit="short", label="errors/s")]), 8, 9)
+    return b.json()
+
+
 DASHBOARDS: dict[str, Callable[[], JSON]] = {
     "lab-overview.json": lab_overview,
     "live-run.json": live_run,
     "network-paths.json": network_paths,
+}
+#: Dashboards of application steps: generated and checked like the others; their queries have data only while
+#: an application step runs (the fio run of the Prometheus integration test has none).
+APP_DASHBOARDS: dict[str, Callable[[], JSON]] = {
+    "live-app.json": live_app,
 }
 
 
@@ -445,7 +488,7 @@ def render(dashboard: JSON) -> str:
 
 def generated() -> dict[str, str]:
     """File name -> the JSON text this code generates."""
-    return {name: render(build()) for name, build in DASHBOARDS.items()}
+    return {name: render(build()) for name, build in {**DASHBOARDS, **APP_DASHBOARDS}.items()}
 
 
 # --- what the tests use --------------------------------------------------------------------------
@@ -581,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in problems:
             print(p, file=sys.stderr)
         if not problems:
-            print(f"{len(DASHBOARDS)} dashboards and the metrics table are up to date")
+            print(f"{len(DASHBOARDS) + len(APP_DASHBOARDS)} dashboards and the metrics table are up to date")
         return 1 if problems else 0
     for name, text in generated().items():
         (args.dir / name).write_text(text, encoding="utf-8")

@@ -41,13 +41,14 @@ NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")          # a metric / para
 WORKLOAD_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # an external workload's declared name
 
 Name = Annotated[str, Field(pattern=NAME_RE.pattern)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+# a figure: finite and of a magnitude no metric reaches (1e15 ms of latency overflows nothing downstream)
+Finite = Annotated[float, Field(allow_inf_nan=False, ge=-1e15, le=1e15)]
 Threads = Annotated[int, Field(ge=1, le=MAX_THREADS)]
 Ladder = Annotated[tuple[Annotated[int, Field(ge=1, le=MAX_THREADS, strict=True)], ...],
                    Field(min_length=1, max_length=MAX_LADDER, strict=False)]   # a YAML list; items strict ints
 PointSeconds = Annotated[int, Field(ge=1, le=MAX_POINT_S)]
 WarmupSeconds = Annotated[int, Field(ge=0, le=MAX_WARMUP_S)]
-ParamValue = Annotated[str, Field(max_length=256)] | int | float | bool
+ParamValue = Annotated[str, Field(max_length=256)] | int | Annotated[float, Field(allow_inf_nan=False)] | bool
 
 
 def _unique(ladder: tuple[int, ...], what: str) -> tuple[int, ...]:
@@ -155,7 +156,15 @@ class AppResult(BaseModel):
     notes: Annotated[dict[Name, Annotated[str, Field(max_length=1024)]], Field(max_length=32)] = {}
 
 
+MAX_APP_STEP_S = 20 * 86400     # under the protocol's step timeout ceiling with the controller's margins
+
+
 def expected_seconds(app: AppStart) -> int:
+    """See :func:`_expected_seconds`; at most :data:`MAX_APP_STEP_S`."""
+    return min(_expected_seconds(app), MAX_APP_STEP_S)
+
+
+def _expected_seconds(app: AppStart) -> int:
     """How long a step of ``app`` may take before the controller stops it: a point's warm-up and measured time
     plus the server's start and stop; a prepare by the rows it loads (conservatively 2,000 rows/s, at least
     10 minutes). An external workload's declared timeout applies on the agent besides this."""

@@ -55,6 +55,23 @@ class NetPathDecl(BaseModel):
     speed_mbit: int | None = Field(default=None, ge=1, le=10_000_000)
 
 
+ParamSchemaValue = Annotated[str, Field(max_length=1024)] | int | float | bool | None
+
+
+class AppWorkloadFact(BaseModel):
+    """An external workload as the host declares it (``agents.workloads``), without its command line."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    timeout_s: Annotated[int, Field(ge=1, le=30 * 86400)]
+    destructive: bool = False
+    description: Annotated[str, Field(max_length=1024)] = ""
+    params: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")],
+                           Annotated[dict[Annotated[str, Field(max_length=32)], ParamSchemaValue],
+                                     Field(max_length=16)]], Field(max_length=64)] = {}
+
+
 class HostFacts(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -81,6 +98,8 @@ class HostFacts(BaseModel):
     bios_date: str | None = None
     cpu_sockets: int | None = None      # distinct physical package ids
     storage_controllers: Annotated[tuple[StorageController, ...], Field(max_length=256)] = ()
+    # external workloads the host's administrator declared (agent --app-workloads; protocol 6): never the command
+    app_workloads: Annotated[tuple[AppWorkloadFact, ...], Field(max_length=256)] = ()
 
 
 # a DUT's path as a start message (DeviceRef) and a fio job file (filename) take it: no space, '=', '$', ';',
@@ -102,7 +121,7 @@ def _observed(v: dict[str, Any] | None) -> dict[str, Any] | None:
     texts = [o.path, o.real_path, o.probe_error, *o.mountpoints, *o.holders,
              *(x for sig in o.signatures for x in (sig.type, sig.kind, sig.offset or ""))]
     if not all(isinstance(t, str) for t in texts) or not all(
-            isinstance(b, bool) for b in (o.exists, o.swap, o.backs_root)):
+            isinstance(b, bool) for b in (o.exists, o.swap, o.backs_root, o.lab_fs)):
         raise ValueError("not an interlock observation: a value of the wrong type")
     return v
 

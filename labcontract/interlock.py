@@ -59,6 +59,21 @@ def destructive_operation(action: str, rw: str | None) -> str | None:
     return "write" if rw in WRITING_RW else None
 
 
+def app_operation(kind: str, phase: str, destructive: bool = False) -> str | None:
+    """The interlock operation of an application step: sysbench / pgbench ``prepare`` makes a filesystem on
+    the DUT (``purge``), a ``run`` writes into the filesystem its prepare made (``write``); an external
+    workload writes when its declaration says ``destructive`` (else reads only: None)."""
+    if kind == "external":
+        return "write" if destructive else None
+    return "purge" if phase == "prepare" else "write"
+
+
+def lab_filesystem(current_uuid: str | None, recorded_uuid: str | None) -> bool:
+    """Whether the device's filesystem is the one a previous prepare of this lab made: its current UUID
+    (:func:`filesystem_uuid`) equals the one recorded in the agent's marker for that DUT."""
+    return bool(current_uuid) and current_uuid == recorded_uuid
+
+
 @dataclass(frozen=True)
 class DeclaredDut:
     """A DUT as the inventory declares it (the subset the interlock needs)."""
@@ -98,6 +113,7 @@ class ObservedState:
     holders: tuple[str, ...] = ()
     backs_root: bool = False
     probe_error: str = ""                  # why the signature probe failed ("": it ran)
+    lab_fs: bool = False                   # its filesystem is one this lab made (the agent's marker matches)
 
 
 @dataclass(frozen=True)
@@ -139,7 +155,7 @@ def find_declared(device: str, real_path: str, declared: list[DeclaredDut]) -> D
     return None
 
 
-def _state_reasons(obs: ObservedState) -> list[Reason]:
+def _state_reasons(obs: ObservedState, lab_fs: bool = False) -> list[Reason]:
     reasons: list[Reason] = []
     if obs.mountpoints:
         reasons.append(Reason(MOUNTED, f"mounted on {', '.join(obs.mountpoints)}"))
@@ -152,14 +168,18 @@ def _state_reasons(obs: ObservedState) -> list[Reason]:
     if obs.probe_error:
         reasons.append(Reason(PROBE_FAILED, f"signature probe failed: {obs.probe_error}"))
     for sig in obs.signatures:
+        if (lab_fs or obs.lab_fs) and sig.kind == "filesystem":
+            continue           # the filesystem this lab made on the DUT (see lab_filesystem): it may be remade
         where = f" at offset {sig.offset}" if sig.offset else ""
         reasons.append(Reason(SIGNATURE, f"carries a {sig.kind.replace('_', ' ')} signature ({sig.type}{where})"))
     return reasons
 
 
 def refusal_reasons(device: str, declared: list[DeclaredDut], observed: ObservedState,
-                    operation: str = "purge") -> list[Reason]:
-    """Every reason to refuse ``operation`` on ``device``; an empty list means allowed."""
+                    operation: str = "purge", *, lab_fs: bool = False) -> list[Reason]:
+    """Every reason to refuse ``operation`` on ``device``; an empty list means allowed. ``lab_fs``: the
+    device's filesystem is one the lab itself made (:func:`lab_filesystem`), so its filesystem signature is
+    no reason to refuse (a partition table, LVM or MD signature still is; so is being mounted or in use)."""
     if not observed.exists:
         return [Reason(MISSING, "does not exist")]
     dut = find_declared(device, observed.real_path, declared)
@@ -169,7 +189,7 @@ def refusal_reasons(device: str, declared: list[DeclaredDut], observed: Observed
     elif operation not in dut.allow:
         allowed = ", ".join(dut.allow) or "nothing"
         reasons.append(Reason(NOT_ALLOWED, f"DUT {dut.name} does not allow {operation} (allow: {allowed})"))
-    reasons += _state_reasons(observed)
+    reasons += _state_reasons(observed, lab_fs)
     if dut is not None and dut.wipe_ok:
         reasons = [r for r in reasons if not r.overridable]
     return reasons
@@ -357,6 +377,20 @@ def _signatures(real_path: str) -> tuple[list[Signature], str]:
         return parse(out), ""
     except (ValueError, AttributeError, TypeError) as e:
         return [], f"{'wipefs' if parse is parse_wipefs_json else 'blkid'} output unreadable: {e}"
+
+
+def filesystem_uuid(device: str) -> str | None:
+    """The UUID of the filesystem on ``device`` (``blkid -p -o export``), None when it has none or the probe
+    fails (never "the same" as a recorded one by accident)."""
+    if not shutil.which("blkid"):
+        return None
+    out, err = _probe(["blkid", "-p", "-o", "export", os.path.realpath(device)], ok=(0, 2))
+    if err:
+        return None
+    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    if values.get("USAGE", "filesystem") != "filesystem":
+        return None
+    return values.get("UUID") or None
 
 
 def _root_devnum(mounts: list[tuple[str, str, str]]) -> tuple[str, str]:

@@ -47,6 +47,7 @@ from pydantic import (
     model_validator,
 )
 
+from labcontract.apps import APP_KINDS, ExternalParams, PgbenchParams, SysbenchParams
 from labcontract.errors import Problem, SuiteError
 from labcontract.suitebounds import load_yaml, raw_cell_count
 from labcontract.units import format_size, parse_duration, parse_size
@@ -288,6 +289,7 @@ class SuiteDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     suite: Annotated[str, Field(pattern=_NAME.pattern)]
+    kind: Literal["fio"] = "fio"     # sysbench / pgbench / external: labcontract.appsuite
     description: Annotated[str, Field(max_length=4096)] = ""
     devices: Annotated[int, Field(ge=1, le=256)] | Literal["any"] = 1
     op_modes: Annotated[list[str], Field(min_length=1, max_length=91)] = ["stock"]
@@ -337,6 +339,9 @@ class Suite(BaseModel):
     network: Network | None = None
     source: str
     source_text: str
+    kind: Literal["fio", "sysbench", "pgbench", "external"] = "fio"
+    # an application suite's workload (labcontract.appsuite); its cells are () and its steps come from here
+    app: SysbenchParams | PgbenchParams | ExternalParams | None = None
 
     @property
     def sha256(self) -> str:
@@ -432,6 +437,9 @@ def _dimension_values(where: str, key: str, values: list[Any]) -> tuple[list[Any
         return [], [Problem(f"{where}.{key}", "a sweep needs at least one value")]
     out, problems = [], []
     for j, v in enumerate(values):
+        if v is None:      # every option is optional in WorkloadOptions: a swept null would pass as "unset"
+            problems.append(Problem(f"{where}.{key}[{j}]", "a swept value may not be empty (null)"))
+            continue
         try:
             out.append(getattr(WorkloadOptions.model_validate({key: v}), key))
         except ValidationError as e:
@@ -627,6 +635,12 @@ def parse_suite(text: str, source: str) -> Suite:
     """Validate suite YAML text; raise :class:`SuiteError` listing every problem."""
     data = _load(text, source)
     problems: list[Problem] = []
+    kind = data.get("kind", "fio")
+    if isinstance(kind, str) and kind in APP_KINDS:
+        return _parse_app_suite(data, text, source)
+    if kind != "fio":
+        problems.append(Problem("kind", f"{kind!r} is not a suite kind (fio, {', '.join(APP_KINDS)})"))
+        data = {k: v for k, v in data.items() if k != "kind"}
     try:
         doc: SuiteDocument | None = SuiteDocument.model_validate(data)
         kept = list(range(len(data.get("profiles") or [])))
@@ -652,6 +666,43 @@ def parse_suite(text: str, source: str) -> Suite:
                  cell_limit=doc.cell_limit, phases=doc.phases, cells=tuple(cells), retry=doc.retry,
                  network=doc.network, source=source,
                  source_text=text)
+
+
+def _parse_app_suite(data: dict[str, Any], text: str, source: str) -> Suite:
+    from labcontract.appsuite import validate_document
+
+    doc = validate_document(data, source)
+    return Suite(name=doc.suite, description=doc.description, devices=doc.devices, op_modes=tuple(doc.op_modes),
+                 cell_limit=doc.cell_limit, phases=Phases(purge=doc.phases.purge, provision=doc.phases.provision),
+                 cells=(), retry=doc.retry, source=source, source_text=text, kind=doc.kind, app=doc.params())
+
+
+def steps_of(suite: Suite) -> int:
+    """The steps ``suite`` plans to (any kind): what ``suite validate`` and ``cell_limit`` count."""
+    if suite.app is not None:
+        from labcontract.appsuite import count_app_steps
+
+        return count_app_steps(suite.kind, suite.app, len(suite.op_modes), suite.phases.purge,
+                               suite.phases.provision)
+    return count_steps(list(suite.cells), suite.phases, suite.network)
+
+
+def measured_points(suite: Suite) -> int:
+    """Measured cells of a storage suite; an application suite's points (ladder x OP modes)."""
+    if suite.app is not None:
+        from labcontract.appsuite import ladder
+
+        return len(ladder(suite.app)) * len(suite.op_modes)
+    return len(suite.cells)
+
+
+def measured_seconds(suite: Suite) -> int:
+    """Seconds of measurement (and ramp / warm-up) the suite asks for, without purges, preconditioning or an
+    application's prepare."""
+    if suite.app is not None:
+        warmup = 0 if isinstance(suite.app, ExternalParams) else suite.app.warmup
+        return measured_points(suite) * (suite.app.time + warmup)
+    return sum(w.expected_seconds for w in suite.workloads)
 
 
 def _valid_part(data: dict[str, Any], exc: ValidationError) -> tuple[SuiteDocument | None, list[int]]:
@@ -723,6 +774,10 @@ def with_overrides(suite: Suite, *, runtime: int | None = None, scale: float | N
     Used by the demo, the tests and the benchmarks to run the built-in suites in seconds."""
     if runtime is None and scale is None:
         return suite
+    if suite.app is not None:
+        from labcontract.appsuite import with_app_overrides
+
+        return suite.model_copy(update={"app": with_app_overrides(suite.app, runtime, scale)})
 
     def scaled(seconds: int, minimum: int = 1) -> int:
         return seconds if scale is None else max(minimum, round(seconds * scale))
@@ -746,6 +801,13 @@ def capacity_problems(suite: Suite, size_bytes: int, device: str) -> list[Proble
     problems: dict[tuple[str, str], Problem] = {}
     if size_bytes <= 0:
         return []
+    if suite.app is not None:
+        from labcontract.appsuite import MIN_FS_BYTES
+
+        small = [m for m in suite.op_modes
+                 if size_bytes * (100 - (int(m[3:]) if m.startswith("hp:") else 0)) // 100 < MIN_FS_BYTES]
+        return [Problem("op_modes", f"{device} ({size_bytes} bytes) leaves less than {format_size(MIN_FS_BYTES)} "
+                                    f"to the database's filesystem in OP mode(s) {', '.join(small)}")] if small else []
     for c in suite.cells:
         w = c.workload
         where = f"profile {c.profile}"
@@ -764,6 +826,10 @@ def override_problems(suite: Suite, runtime: int | None, scale: float | None) ->
     """Durations a ``--runtime`` / ``--scale`` override would take past the suite's bounds."""
     if runtime is None and scale is None:
         return []
+    if suite.app is not None:
+        from labcontract.appsuite import override_app_problems
+
+        return override_app_problems(suite.app, runtime, scale)
     where = "--scale" if runtime is None else "--runtime"
     scaled = with_overrides(suite, runtime=runtime, scale=scale)
     worst = max((c.workload.runtime for c in scaled.cells), default=0)

@@ -60,6 +60,24 @@ AGENT_LAST_ERROR = Metric("lab_agent_last_error_timestamp_seconds", "gauge", ("h
 NET_PATH_BYTES = Metric("lab_net_path_bytes", "counter", ("host", "path", "interface", "direction"),
                         "Bytes through a declared network path's interface (direction: rx | tx)")
 
+# The agent's per-second application series (an app step's DUT; removed when the step ends). Labels as the
+# per-device gauges of labcontract.telemetry (host, device).
+APP_TPS = Metric("lab_app_tps", "gauge", ("host", "device"),
+                 "Transactions per second of the running application step (last second)")
+APP_QPS = Metric("lab_app_qps", "gauge", ("host", "device"),
+                 "Queries per second of the running application step (last second)")
+APP_LAT_AVG = Metric("lab_app_latency_avg_seconds", "gauge", ("host", "device"),
+                     "Average transaction latency of the running application step (last second)")
+APP_LAT_P95 = Metric("lab_app_latency_p95_seconds", "gauge", ("host", "device"),
+                     "95th percentile transaction latency of the running application step (last second)")
+APP_LAT_P99 = Metric("lab_app_latency_p99_seconds", "gauge", ("host", "device"),
+                     "99th percentile transaction latency of the running application step (last second)")
+APP_ERRORS = Metric("lab_app_errors_per_second", "gauge", ("host", "device"),
+                    "Errors per second of the running application step (last second)")
+APP_POINT = Metric("lab_app_point", "gauge", ("host", "device"),
+                   "Threads / clients of the running application step's point")
+APP_METRICS = (APP_TPS, APP_QPS, APP_LAT_AVG, APP_LAT_P95, APP_LAT_P99, APP_ERRORS, APP_POINT)
+
 # --- controller ------------------------------------------------------------------------------------
 CTRL_RUNS = Metric("lab_controller_runs", "gauge", ("state",), "Runs in the store by state")
 CTRL_STEPS = Metric("lab_controller_steps", "gauge", ("state",), "Steps in the store by state")
@@ -80,7 +98,7 @@ CTRL_TRANSIENT_FAULTS = Metric("lab_controller_transient_faults", "counter", ("k
 
 AGENT_METRICS = (FIO_IOS, FIO_BYTES, FIO_LAT_MEAN, FIO_LAT_MAX, FIO_LAT_P99, FIO_THREADS, FIO_IODEPTH, STEP_PHASE,
                  PRECONDITION_ROUND, STEP_ELAPSED, STEP_EXPECTED, STEP_INFO, AGENT_UP, AGENT_HEARTBEAT_AGE,
-                 AGENT_FIO_RUNNING, AGENT_LAST_ERROR, NET_PATH_BYTES)
+                 AGENT_FIO_RUNNING, AGENT_LAST_ERROR, NET_PATH_BYTES, *APP_METRICS)
 CONTROLLER_METRICS = (CTRL_RUNS, CTRL_STEPS, CTRL_QUEUE, CTRL_STEPS_COMPLETED, CTRL_STEPS_FAILED, CTRL_AGENT_UP,
                       CTRL_AGENT_HEARTBEAT_AGE, CTRL_RESERVATIONS, CTRL_DEGRADED, CTRL_TRANSIENT_FAULTS)
 

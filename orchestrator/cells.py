@@ -1,7 +1,9 @@
 """What makes cells of different runs the same cell: one definition for compare, reports and export.
 
 A measured cell is a profile and its swept values (``rwmixread``, ``numjobs`` x ``iodepth``, ``bs``, ...)
-under an OP mode; a network cell adds the MTU and the path mode (single / multi). Two runs are compared
+under an OP mode; a network cell adds the MTU and the path mode (single / multi); an application cell is a
+test (``profile``), its ``app`` kind and its point (``threads`` / ``clients``), an external workload's
+parameters too; its ``phase`` (a prepare step) never identifies it. Two runs are compared
 cell by cell on :func:`cell_key`. The OP mode is part of the key only when a run itself holds several
 modes (a suite with ``op_modes: [stock, "hp:20"]``): then stock meets stock and HP meets HP. Across a
 stock run and an HP run of the same suite the mode is what differs, so it is left out and stock meets HP.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -65,7 +66,7 @@ SUITE_HELP = ("Suite YAML file, or the name of a built-in suite (labctl suite li
 def suite_validate(files: Annotated[list[str], typer.Argument(help=SUITE_HELP)]) -> None:
     """Validate suites; report every problem of every one."""
     from labcontract.errors import SuiteError
-    from labcontract.suite import count_steps, load_suite
+    from labcontract.suite import load_suite, measured_points, measured_seconds, steps_of
 
     failed = 0
     for f in files:
@@ -75,12 +76,11 @@ def suite_validate(files: Annotated[list[str], typer.Argument(help=SUITE_HELP)])
             failed += 1
             fail(str(e))
             continue
-        total = sum(w.expected_seconds for w in suite.workloads)
         pc = suite.phases.precondition
         extra = f", preconditioning up to {pc.max_rounds} x {pc.round}s per group" if pc else ""
-        out.print(f"{f}: ok: suite {suite.name}, {len(suite.cells)} cells, "
-                  f"{count_steps(list(suite.cells), suite.phases)} steps, ~{total}s measured{extra}",
-                  highlight=False)
+        what = "cells" if suite.app is None else f"{suite.kind} points"
+        out.print(f"{f}: ok: suite {suite.name}, {measured_points(suite)} {what}, {steps_of(suite)} steps, "
+                  f"~{measured_seconds(suite)}s measured{extra}", highlight=False)
     if failed:
         raise typer.Exit(1)
 
@@ -88,12 +88,13 @@ def suite_validate(files: Annotated[list[str], typer.Argument(help=SUITE_HELP)])
 @suite_app.command("list")
 def suite_list() -> None:
     """The built-in suites."""
-    from labcontract.suite import builtin_suites, load_suite
+    from labcontract.suite import builtin_suites, load_suite, measured_points
 
-    table = Table("suite", "cells", "devices", "description")
+    table = Table("suite", "kind", "cells", "devices", "description")
     for name in builtin_suites():
         s = load_suite(name)
-        table.add_row(name, str(len(s.cells)), "network" if s.network else str(s.devices or "any"), s.description)
+        table.add_row(name, s.kind, str(measured_points(s)), "network" if s.network else str(s.devices or "any"),
+                      s.description)
     out.print(table)
 
 
@@ -119,6 +120,10 @@ def suite_render(
         print(f"### step {step.seq}: {step.kind} {step.name}{more}")
         if step.note:
             print(f"; {step.note}")
+        if step.kind == "app":      # the step's AppStart (labcontract.apps), as the start message carries it
+            start = {k: v for k, v in json.loads(step.job_text).items() if v is not None or k == "fs_size_bytes"}
+            print(json.dumps(start, indent=2) + "\n")
+            continue
         print(step.job_text or "; purge: blkdiscard (block device) / punch-hole (file) of every DUT\n")
 
 
@@ -542,6 +547,12 @@ def agent(
     wipe_ok: Annotated[list[str] | None, typer.Option(help="DUT NAME whose filesystem / partition / LVM / MD "
                                                            "signatures a purge or write may destroy (repeat).")]
     = None,
+    app_workloads: Annotated[Path | None, typer.Option(help="External workload declarations (YAML) that suites of "
+                                                            "kind external may name (docs/external-workloads.md).")]
+    = None,
+    app_mount_root: Annotated[Path, typer.Option(help="Where application steps mount a DUT's filesystem "
+                                                      "(<root>/<attempt id>; traversable by every OS user).")]
+    = Path("/run/storagelab/apps"),
 ) -> None:
     """Run the agent daemon on a lab host."""
     from agents.cmd.agent import AgentOptions, main
@@ -551,7 +562,8 @@ def agent(
                       host=host, heartbeat_s=heartbeat, fio_binary=fio, log_level=log_level,
                       metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
                       metrics_advertise=metrics_advertise, net_paths=tuple(net_path or ()),
-                      manage_mtu=manage_mtu, wipe_ok=tuple(wipe_ok or ())))
+                      manage_mtu=manage_mtu, wipe_ok=tuple(wipe_ok or ()), app_workloads=app_workloads,
+                      app_mount_root=app_mount_root))
 
 
 @app.command()

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from labcontract.errors import CompareError
 from orchestrator.cells import CellKey, cell_key, key_label, needs_op_mode, op_modes
-from orchestrator.queries import RunDetail, run_detail
+from orchestrator.queries import RunDetail, app_metrics, is_app_run, run_detail
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.store.models import Result
 
@@ -40,6 +40,10 @@ class Metric:
 STORAGE_METRICS = (Metric("iops", "IOPS", "{:,.0f}"), Metric("mb_s", "MB/s", "{:,.1f}"),
                    Metric("lat_mean_us", "avg lat µs", "{:,.1f}"), Metric("lat_max_us", "max lat µs", "{:,.1f}"),
                    Metric("lat_stddev_us", "lat stddev µs", "{:,.1f}"))
+APP_METRICS = (Metric("tps", "TPS", "{:,.1f}"), Metric("qps", "QPS", "{:,.1f}"),
+               Metric("lat_avg_ms", "avg lat ms", "{:,.2f}"), Metric("lat_p95_ms", "p95 lat ms", "{:,.2f}"),
+               Metric("lat_p99_ms", "p99 lat ms", "{:,.2f}"), Metric("errors", "errors", "{:,.0f}", diff=False),
+               Metric("reconnects", "reconnects", "{:,.0f}", diff=False))
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ def _us(ns: float | None) -> float | None:
 def storage_values(res: Result | None) -> dict[str, float | None]:
     if res is None:
         return {m.name: None for m in STORAGE_METRICS}
-    return {"iops": res.iops, "mb_s": res.bw_bytes / 1e6, "lat_mean_us": _us(res.lat_mean_ns),
+    return {"iops": res.iops, "mb_s": None if res.bw_bytes is None else res.bw_bytes / 1e6,
+            "lat_mean_us": _us(res.lat_mean_ns),
             "lat_max_us": _us(res.lat_max_ns), "lat_stddev_us": _us(res.lat_stddev_ns)}
 
 
@@ -99,6 +104,22 @@ def _storage_cells(d: RunDetail, with_op_mode: bool) -> dict[CellKey, Entry]:
         if st.kind == "measure":
             cells.setdefault(cell_key(st.cell, with_op_mode=with_op_mode),
                              Entry(st.name, str(st.cell.get("op_mode", "stock")), storage_values(d.results.get(st.id))))
+    return cells
+
+
+def app_values(res: Result | None) -> dict[str, float | None]:
+    m = app_metrics(res) if res is not None else {}
+    return {k.name: m.get(k.name) for k in APP_METRICS}
+
+
+def _app_cells(d: RunDetail, with_op_mode: bool) -> dict[CellKey, Entry]:
+    """An application run's measured points (prepare steps make no row), keyed by profile, app and
+    threads / clients (orchestrator.cells), so ``oltp_read_write.t8`` of a stock run meets that of an HP run."""
+    cells: dict[CellKey, Entry] = {}
+    for st in d.steps:
+        if st.kind == "app" and st.cell.get("phase") != "prepare":
+            cells.setdefault(cell_key(st.cell, with_op_mode=with_op_mode),
+                             Entry(st.name, str(st.cell.get("op_mode", "stock")), app_values(d.results.get(st.id))))
     return cells
 
 
@@ -114,8 +135,17 @@ def compare_details(details: Sequence[RunDetail]) -> Comparison:
         net, other = details[network.index(True)], details[network.index(False)]
         raise CompareError(f"run {net.run.id} (suite {net.run.suite_name}) is a network run and run {other.run.id} "
                            f"(suite {other.run.suite_name}) is not: network runs compare only with network runs")
+    apps = [is_app_run(d) for d in details]
+    if any(apps) and not all(apps):
+        app, other = details[apps.index(True)], details[apps.index(False)]
+        raise CompareError(f"run {app.run.id} (suite {app.run.suite_name}) is an application run and run "
+                           f"{other.run.id} (suite {other.run.suite_name}) is not: application runs compare only "
+                           f"with application runs")
     with_mode = needs_op_mode([st.cell for st in d.steps] for d in details)
-    if network[0]:
+    if apps[0]:
+        per_run = [_app_cells(d, with_mode) for d in details]
+        metrics = list(APP_METRICS)
+    elif network[0]:
         per_run = [net_cells(d, with_mode) for d in details]
         metrics = net_metrics(details)
     else:
@@ -169,7 +199,8 @@ def print_comparison(console: Console, c: Comparison) -> None:
     """A header line per run, then a row per run under each cell, each metric with its difference to A."""
     for i in range(len(c.details)):
         console.print(run_line(c, i), highlight=False, soft_wrap=True, markup=False)
-    match = "profile, MTU and path mode" if c.network else "profile and swept values"
+    match = ("profile, MTU and path mode" if c.network else "test and threads / clients"
+             if c.metrics and c.metrics[0].name == "tps" else "profile and swept values")
     common = sum(1 for row in c.rows if all(e.step for e in row.entries))
     console.print(f"cells matched by {match}{' and OP mode' if c.with_op_mode else ''}: {len(c.rows)} cells, "
                   f"{common} in every run; differences are against A", highlight=False, soft_wrap=True, markup=False)
@@ -232,7 +263,8 @@ def as_json(c: Comparison) -> str:
               "runs": [{"run": c.details[i].run.id, "step": e.step, "op_mode": e.op_mode, **e.values,
                         "vs_first_pct": {m.name: row.diff(i, m.name) if i else None for m in c.metrics if m.diff}}
                        for i, e in enumerate(row.entries)]} for row in c.rows]
-    doc = {"format_version": FORMAT_VERSION, "kind": "network" if c.network else "storage",
+    kind = "network" if c.network else "application" if c.metrics and c.metrics[0].name == "tps" else "storage"
+    doc = {"format_version": FORMAT_VERSION, "kind": kind,
            "match_op_mode": c.with_op_mode, "runs": runs,
            "metrics": [{"name": m.name, "title": m.title, "vs_first": m.diff} for m in c.metrics], "cells": cells}
     return json.dumps(doc, indent=2, ensure_ascii=False)

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from labcontract.apps import ExternalParams
+from labcontract.appsuite import app_start, fs_size_bytes, ladder, point_dim, test_name
 from labcontract.fiojob import render_job, workload_lines
 from labcontract.suite import (
     Cell,
@@ -25,7 +27,7 @@ from labcontract.suite import (
     with_overrides,
 )
 
-StepKind = Literal["purge", "precondition", "measure", "provision", "dut_state", "facts", "net"]
+StepKind = Literal["purge", "precondition", "measure", "provision", "dut_state", "facts", "net", "app"]
 TARGET_PLACEHOLDER = "${TARGET}"
 
 
@@ -85,8 +87,13 @@ def round_workload(base: Workload, round_no: int) -> Workload:
 
 
 def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
-         scale: float | None = None, net_hosts: NetHosts | None = None) -> list[PlannedStep]:
+         scale: float | None = None, net_hosts: NetHosts | None = None,
+         device_bytes: int | None = None) -> list[PlannedStep]:
+    """The steps of ``suite`` on ``devices``. ``device_bytes`` (the smallest named DUT's size) sizes an
+    application suite's emulated OP footprint (:func:`plan_app`); storage suites give fio a percentage."""
     suite = with_overrides(suite, runtime=runtime, scale=scale)
+    if suite.app is not None:
+        return plan_app(suite, device_bytes)
     if suite.network is not None:
         return plan_network(suite, net_hosts or net_hosts_of(suite))
     pc = suite.phases.precondition
@@ -140,4 +147,56 @@ def plan_network(suite: Suite, hosts: NetHosts) -> list[PlannedStep]:
             steps.append(PlannedStep(seq=seq, kind="net", name=f"{c.workload.name}@{host}", workload=c.workload,
                                      job_text=net_step_text(role, c.workload, paths, mtu, net.tool), cell=cell,
                                      host=host))
+    return steps
+
+
+def app_step_name(name: str, op_mode: str, n_op_modes: int) -> str:
+    """A step name with the OP mode prefix a storage cell gets when the suite runs several modes."""
+    return f"{op_mode.replace(':', '')}.{name}" if n_op_modes > 1 else name
+
+
+def plan_app(suite: Suite, device_bytes: int | None = None) -> list[PlannedStep]:
+    """An application suite, per OP mode: [purge] -> ``<kind>-prepare.<mode>`` -> one step per point of the
+    ladder (``oltp_read_write.t8``, ``tpcb-like.c8``; an external workload: one step named after it, no
+    prepare). ``job_text`` is the step's :class:`~labcontract.apps.AppStart` as JSON; an ``hp:P`` mode
+    limits the filesystem to (100-P)% of ``device_bytes`` (unknown size: the whole device, said in the note)."""
+    params, kind = suite.app, suite.kind
+    assert params is not None
+    steps: list[PlannedStep] = []
+    n_modes = len(suite.op_modes)
+    dim = point_dim(kind)
+    test = test_name(params)
+
+    def add(step_kind: StepKind, name: str, cell: dict[str, Any], job: str = "", note: str = "") -> None:
+        steps.append(PlannedStep(seq=len(steps), kind=step_kind, name=name, workload=None, job_text=job,
+                                 cell=cell, note=note))
+
+    provision = suite.phases.provision
+    purge_kind: StepKind = "dut_state" if provision else "purge"
+    if provision:
+        add("provision", "provision.host", {})
+        add("facts", "facts.before", {"phase": "before"})
+    for op_mode in suite.op_modes:
+        mode = op_mode.replace(":", "")
+        fs = fs_size_bytes(op_mode, device_bytes)
+        note = "" if op_mode == "stock" else (
+            f"{op_mode} emulated by a filesystem limit: {fs} bytes ({100 - int(op_mode[3:])}% of the DUT)"
+            if fs is not None else f"{op_mode}: device size unknown at plan time, the filesystem takes the whole DUT")
+        if suite.phases.purge or provision:
+            add(purge_kind, f"{purge_kind.replace('_', '-')}.{mode}", {"op_mode": op_mode, "purge": suite.phases.purge})
+        if kind != "external":
+            add("app", f"{kind}-prepare.{mode}", {"op_mode": op_mode, "app": kind, "phase": "prepare"},
+                app_start(kind, params, "prepare", 0, fs).model_dump_json(), note)
+        for point in ladder(params):
+            if dim is None:
+                assert isinstance(params, ExternalParams)
+                cell: dict[str, Any] = {**params.params, "op_mode": op_mode, "profile": test, "app": kind}
+                name = test
+            else:
+                cell = {"op_mode": op_mode, "profile": test, "app": kind, dim: point}
+                name = f"{test}.{dim[0]}{point}"
+            add("app", app_step_name(name, op_mode, n_modes), cell,
+                app_start(kind, params, "run", point, fs).model_dump_json(), note)
+    if provision:
+        add("facts", "facts.after", {"phase": "after"})
     return steps

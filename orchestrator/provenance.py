@@ -123,7 +123,7 @@ def device_label(devices: Sequence[Mapping[str, Any]]) -> str:
 def _mode_how(mode: str, steps: Sequence[Step], results: Mapping[str, Result]) -> str:
     """How an OP mode was set: on the device (dut_state's method and capacities) or emulated by fio's
     footprint (the size= every job of the mode carries)."""
-    mine = [st for st in steps if st.workload and st.cell.get("op_mode", "stock") == mode]
+    mine = [st for st in steps if (st.workload or st.kind == "app") and st.cell.get("op_mode", "stock") == mode]
     notes = [str((results[st.id].provenance.get("op_note") if st.id in results else None) or st.note or "")
              for st in mine]
     note = next((n for n in notes if "applied on the device" in n or "set on the device" in n), None)
@@ -131,6 +131,14 @@ def _mode_how(mode: str, steps: Sequence[Step], results: Mapping[str, Result]) -
         return f"on-device: {note}"
     if mode == "stock":
         return "stock: the device's full advertised capacity, no OP applied"
+    apps = [st for st in mine if st.kind == "app"]
+    if apps:       # an application's filesystem limited to the mode's share of the DUT (labcontract.appsuite)
+        fs = [((results[st.id].provenance or {}).get("app") or {}).get("fs_size_bytes") if st.id in results else None
+              for st in apps]
+        size = next((format_size(int(b)) for b in fs if b), None)
+        why = next((n for n in notes if n), "")
+        return (f"emulated: filesystem limited to {size}" if size else "emulated: filesystem size limit") + \
+            (f" ({why})" if why else "")
     prints = list(dict.fromkeys(str(st.workload.get("footprint")) for st in mine if st.workload
                                 and st.workload.get("footprint") is not None))
     sizes = ", ".join(p if p.endswith("%") else format_size(int(p)) for p in prints) or UNKNOWN
@@ -226,16 +234,19 @@ def override_warnings(run: Run) -> list[str]:
         return []
     try:
         suite = parse_suite(run.suite_text, run.suite_source)
-        said: int | None = max((c.workload.runtime for c in suite.cells), default=None)
+        app = suite.app is not None
+        said: int | None = suite.app.time if suite.app is not None else \
+            max((c.workload.runtime for c in suite.cells), default=None)
     except (LabError, ValueError):
-        said = None
+        said, app = None, False
     out = []
     says = f"suite says {said} s" if said is not None else "the suite's own runtime unknown"
     if run.runtime_override is not None and (said is None or run.runtime_override < said):
-        out.append(f"runtime overridden to {run.runtime_override} s per cell ({says}): "
+        out.append(f"runtime overridden to {run.runtime_override} s per {'point' if app else 'cell'} ({says}): "
                    "not the published methodology")
     if run.scale is not None and run.scale < 1:
-        out.append(f"durations scaled by {run.scale:g} (runtimes, ramps, precondition rounds; {says}): "
+        what = "each point's time and warm-up, and the data set" if app else "runtimes, ramps, precondition rounds"
+        out.append(f"{'durations and data' if app else 'durations'} scaled by {run.scale:g} ({what}; {says}): "
                    "not the published methodology")
     return out
 
@@ -254,6 +265,17 @@ def run_rows(run: Run, warnings: Sequence[str]) -> Rows:
 
 
 # --------------------------------------------------------------------------- describe
+
+
+def _app_tool(res: Result | None) -> str:
+    """``sysbench 1.0.20, server 10.11.6-MariaDB``: what measured an application run (its latest result)."""
+    if res is None:
+        return UNKNOWN
+    m: Any = res.metrics if isinstance(res.metrics, dict) else {}
+    tool = getattr(res, "tool", None) or m.get("tool")
+    version = getattr(res, "tool_version", None) or m.get("tool_version")
+    server = m.get("server_version")
+    return f"{text(tool)} {text(version)}" + (f", server {server}" if server else "")
 
 
 def _main_result(detail: RunDetail) -> Result | None:
@@ -302,8 +324,11 @@ def describe(detail: RunDetail, read_artifact: ReadArtifact | None = None) -> Pr
                           op_modes=modes, partial=run.state not in TERMINAL_RUN, sections=sections,
                           warnings=warnings)
     devices = prov.get("devices") or [{"path": p} for p in (run.devices or [run.device])]
-    sections = [("Platform", platform_rows(host, agent_version=prov.get("agent_version"),
-                                           fio_version=res.fio_version if res is not None else None)),
+    platform = platform_rows(host, agent_version=prov.get("agent_version"),
+                             fio_version=res.fio_version if res is not None else None)
+    if any(st.kind == "app" for st in detail.steps):
+        platform.append(("workload", _app_tool(res)))
+    sections = [("Platform", platform),
                 ("Device state", device_state_rows(detail, modes, prov, read_artifact)),
                 ("Run", run_rows(run, warnings))]
     return Provenance(device_label=device_label(devices), os=text(host.get("os")), op_modes=modes,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, defer, selectinload
@@ -67,3 +68,58 @@ def run_detail(s: Session, ref: str, *, light: bool = False) -> RunDetail:
 def list_hosts(s: Session) -> list[Host]:
     return list(s.scalars(select(Host).options(selectinload(Host.devices)).order_by(Host.name)))
 
+
+
+# --- application results (kind sysbench / pgbench / external; labcontract.apps.AppResult) ----------------
+
+APP_FIGURES = ("tps", "qps", "lat_avg_ms", "lat_p95_ms", "lat_p99_ms", "lat_max_ms", "errors", "reconnects")
+POINT_DIMS = ("threads", "clients")
+
+
+def is_app_run(detail: RunDetail) -> bool:
+    return any(st.kind == "app" for st in detail.steps)
+
+
+def app_point(step: Step) -> int | None:
+    """The thread (sysbench) or client (pgbench) count of an application step; None for prepare / external."""
+    for dim in POINT_DIMS:
+        if isinstance(step.cell.get(dim), int):
+            return int(step.cell[dim])
+    return None
+
+
+def point_dim_of(step: Step) -> str:
+    return next((d for d in POINT_DIMS if d in step.cell), "point")
+
+
+def app_metrics(res: Result) -> dict[str, float]:
+    """The named figures of an application result: ``Result.metrics`` holds the AppResult dump (its
+    ``metrics`` mapping inside) or, as stored by older controllers, the mapping itself. Numbers only."""
+    m: Any = res.metrics or {}
+    inner = m.get("metrics") if isinstance(m, dict) else None
+    src = inner if isinstance(inner, dict) else m if isinstance(m, dict) else {}
+    return {str(k): float(v) for k, v in src.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def app_series(res: Result) -> dict[str, list[float]]:
+    """Per-second series of an application result (``tps``, ...): lists of numbers only."""
+    src: Any = res.series or {}
+    if isinstance(src, dict) and isinstance(src.get("series"), dict):
+        src = src["series"]
+    return {str(k): [float(x) for x in v if isinstance(x, int | float)] for k, v in (src or {}).items()
+            if isinstance(v, list)} if isinstance(src, dict) else {}
+
+
+def result_tool(res: Result) -> tuple[str | None, str | None]:
+    """The tool that measured a result and its version: the ``tool`` / ``tool_version`` columns (schema 0010),
+    else the AppResult dump's, else fio's version for a storage row (network rows of older schemas carried
+    their tool in ``fio_version``)."""
+    tool = getattr(res, "tool", None)
+    version = getattr(res, "tool_version", None)
+    m: Any = res.metrics or {}
+    if not tool and isinstance(m, dict) and isinstance(m.get("tool"), str):
+        tool, version = m["tool"], version or m.get("tool_version")
+    if not tool:
+        fv = res.fio_version or None
+        return ("fio" if fv and str(fv).startswith("fio") else fv), fv
+    return str(tool), None if version is None else str(version)

@@ -15,7 +15,15 @@ from rich.table import Table
 
 from labcontract.units import format_size
 from orchestrator.provenance import DEVICE_COLUMNS, Provenance, ReadArtifact, describe
-from orchestrator.queries import RunDetail
+from orchestrator.queries import (
+    APP_FIGURES,
+    RunDetail,
+    app_metrics,
+    app_point,
+    is_app_run,
+    point_dim_of,
+    result_tool,
+)
 from orchestrator.store.models import Result, Step
 
 # The four review metrics come first: throughput (read + write IOPS), average latency over all
@@ -26,6 +34,10 @@ COLUMNS = ("step", "state", "rw", "bs", "T x Q", "IOPS", "avg lat us", "max lat 
 
 def _us(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1000:,.1f}"
+
+
+def _n(v: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if v is None else fmt.format(v)
 
 
 def _workload_cells(w: dict[str, Any] | None) -> list[str]:
@@ -50,9 +62,10 @@ def step_row(step: Step, result: Result | None) -> list[str]:
             *_workload_cells(step.workload)]
     if result is None:
         return head + ["-"] * (len(COLUMNS) - len(head))
-    return [*head, f"{result.iops:,.0f}", _us(result.lat_mean_ns), _us(result.lat_max_ns),
-            _us(result.lat_stddev_ns), f"{result.read_iops:,.0f}", f"{result.write_iops:,.0f}",
-            f"{result.bw_bytes / 1e6:,.1f}", _us(result.lat_p99_ns)]
+    bw = None if result.bw_bytes is None else result.bw_bytes / 1e6
+    return [*head, _n(result.iops), _us(result.lat_mean_ns), _us(result.lat_max_ns),
+            _us(result.lat_stddev_ns), _n(result.read_iops), _n(result.write_iops), _n(bw, "{:,.1f}"),
+            _us(result.lat_p99_ns)]
 
 
 def table_rows(detail: RunDetail, *, rounds: bool = False) -> list[list[str]]:
@@ -66,6 +79,8 @@ def table_rows(detail: RunDetail, *, rounds: bool = False) -> list[list[str]]:
     for st in detail.steps:
         if st.kind == "precondition" and not rounds and st.round != last_round[st.seq]:
             continue
+        if st.kind == "app":
+            continue               # the application table (app_table)
         res = detail.results.get(st.id)
         rows.append(step_row(st, res))
         if res is not None and res.per_device and st.kind == "measure":
@@ -84,6 +99,67 @@ def results_table(detail: RunDetail, *, rounds: bool = False) -> Table:
     for row in table_rows(detail, rounds=rounds):
         table.add_row(*row)
     return table
+
+
+# an application run (sysbench / pgbench / external): a row per step, the figures of labcontract.apps.AppResult
+APP_COLUMNS = ("step", "state", "op mode", "threads / clients", "TPS", "QPS", "avg lat ms", "p95 lat ms",
+               "p99 lat ms", "errors", "reconnects")
+_APP_FMT = {"tps": "{:,.1f}", "qps": "{:,.1f}", "lat_avg_ms": "{:,.2f}", "lat_p95_ms": "{:,.2f}",
+            "lat_p99_ms": "{:,.2f}", "errors": "{:,.0f}", "reconnects": "{:,.0f}"}
+
+
+def app_rows(detail: RunDetail) -> list[list[str]]:
+    """Rows of the application table: each step in plan order (purges and prepares with their state only),
+    each measured point with its figures; an external workload's other metrics are named after its row."""
+    rows = []
+    for st in detail.steps:
+        if st.kind in ("provision", "facts"):
+            continue
+        res = detail.results.get(st.id)
+        state = st.state if st.kind == "app" and st.cell.get("phase") != "prepare" else \
+            f"{st.cell.get('phase', st.kind)} {st.state}"
+        point = app_point(st)
+        head = [st.name, state, str(st.cell.get("op_mode", "-")),
+                "-" if point is None else f"{point} {point_dim_of(st)}"]
+        if res is None or st.kind != "app":
+            rows.append(head + ["-"] * (len(APP_COLUMNS) - len(head)))
+            continue
+        m = app_metrics(res)
+        rows.append(head + [_n(m.get(k), _APP_FMT[k]) for k in APP_FIGURES if k in _APP_FMT])
+        extra = {k: v for k, v in m.items() if k not in APP_FIGURES and k != "transactions"}
+        if extra:
+            rows.append(["  " + ", ".join(f"{k} {v:,.6g}" for k, v in extra.items())] + [""] * (len(APP_COLUMNS) - 1))
+    return rows
+
+
+def app_tools(detail: RunDetail) -> str:
+    """``sysbench 1.0.20 / MariaDB 10.11.6``: what measured the run's application results."""
+    seen: dict[str, None] = {}
+    for res in detail.results.values():
+        tool, version = result_tool(res)
+        server = (res.metrics or {}).get("server_version") if isinstance(res.metrics, dict) else None
+        label = " ".join(x for x in (tool, version) if x) + (f" / {server}" if server else "")
+        seen.setdefault(label, None)
+    return ", ".join(seen) or "unknown"
+
+
+def app_table(detail: RunDetail) -> Table:
+    run = detail.run
+    table = Table(title=f"run {run.id}  suite {run.suite_name}  {run.host}:{','.join(run.devices or [run.device])}  "
+                        f"{run.state}  ({app_tools(detail)})", title_justify="left")
+    for i, col in enumerate(APP_COLUMNS):
+        table.add_column(col, justify="right" if i >= 3 else "left", no_wrap=i == 0)
+    for row in app_rows(detail):
+        table.add_row(*row)
+    return table
+
+
+def app_markdown(detail: RunDetail) -> list[str]:
+    """The application section of the Markdown report: a row per point (docs/apps.md)."""
+    return ["## Application results", "", f"Measured with {_cell(app_tools(detail))}; TPS and QPS over each "
+            "point's measured time (after its warm-up), latencies in ms as the tool reports them.", "",
+            "| " + " | ".join(APP_COLUMNS) + " |", "|" + "---|" * len(APP_COLUMNS),
+            *("| " + " | ".join(_cell(c) for c in row) + " |" for row in app_rows(detail))]
 
 
 def artifact_reader(artifact_root: Path | None) -> ReadArtifact | None:
@@ -119,7 +195,10 @@ def print_run(console: Console, detail: RunDetail, *, rounds: bool = False, arti
         for line in provenance_lines(prov):
             console.print(line, highlight=False, markup=False)
         return
-    console.print(results_table(detail, rounds=rounds))
+    if is_app_run(detail):
+        console.print(app_table(detail))
+    else:
+        console.print(results_table(detail, rounds=rounds))
     run = detail.run
     for pc in detail.preconditions:
         console.print(f"precondition {pc.name}: {_steady(pc.steady)}, {len(pc.rounds)} round(s): {pc.verdict}",
@@ -171,9 +250,12 @@ def write_markdown(detail: RunDetail, report_dir: Path, artifact_root: Path) -> 
              f"- target: `{run.host}` : `{', '.join(run.devices or [run.device])}`",
              f"- state: **{run.state}** {run.reason}".rstrip(), ""]
     lines += provenance_markdown(prov)
-    lines += ["## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for row in table_rows(detail):
-        lines.append("| " + " | ".join(row) + " |")
+    if is_app_run(detail):
+        lines += app_markdown(detail)
+    else:
+        lines += ["## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        for row in table_rows(detail):
+            lines.append("| " + " | ".join(row) + " |")
     if detail.preconditions:
         lines += ["", "## Preconditioning", "", "| group | rounds | steady | reached at | verdict |",
                   "|---|---|---|---|---|"]

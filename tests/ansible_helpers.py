@@ -12,7 +12,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import sysconfig
 import tomllib
 import zipfile
 from collections.abc import Iterator
@@ -195,31 +194,8 @@ def project_wheel(dest: Path) -> Path:
     return wheel
 
 
-def dependency_dir(dest: Path) -> Path:
-    """A directory of links to every package of the running (project) venv but the project itself: on
-    ``PYTHONPATH`` it gives an offline venv the project's dependencies, while the project is imported
-    from that venv's own install."""
-    site = Path(sysconfig.get_paths()["purelib"])
-    dest.mkdir(parents=True, exist_ok=True)
-    for entry in site.iterdir():
-        if entry.name.startswith(("storagelab", "__editable__", "_virtualenv")) or entry.suffix == ".pth" \
-                or entry.name in (*PROJECT_PACKAGES, "__pycache__"):
-            continue
-        (dest / entry.name).symlink_to(entry)
-    return dest
-
-
 def installed_debs(names: list[str]) -> list[str]:
     """The Debian packages of ``names`` that dpkg has installed."""
     res = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${db:Status-Status}\\n", *names],
                          capture_output=True, text=True)
     return [line.split()[0] for line in res.stdout.splitlines() if line.endswith(" installed")]
-
-
-def agent_process(pid: int) -> str | None:
-    """The command line of ``pid`` when it is a running storagelab agent (``labctl agent``), else None."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return None
-    return cmdline if "labctl agent" in cmdline else None

@@ -9,12 +9,15 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from agents.daemon import Agent, AgentConfig, EventPublisher, LivePublisher, run_agent
+from agents.daemon import DEFAULT_APP_MOUNT_ROOT, Agent, AgentConfig, EventPublisher, LivePublisher, run_agent
 from agents.exporter import AgentCollector, parse_net_decl
 from agents.facts import collect_host_facts, declare_dut
 from agents.runner import FioRunner
+from agents.workloads import Workloads
+from agents.workloads import load as load_workloads
 from labcontract.brokerauth import check_agent_user
 from labcontract.errors import ConfigError
+from labcontract.facts import AppWorkloadFact
 from labcontract.logs import setup_logging
 from labcontract.metrics_http import MetricsServer, split_host_port
 from labcontract.protocol import HOST_RE
@@ -40,6 +43,8 @@ class AgentOptions:
     net_paths: tuple[str, ...] = ()         # NAME=IFACE, declared network paths
     wipe_ok: tuple[str, ...] = ()           # DUT names whose on-disk signatures may be destroyed
     manage_mtu: bool = False                # network steps set their paths' MTU (else they check it)
+    app_workloads: Path | None = None       # the external workload declarations (YAML; agents.workloads)
+    app_mount_root: Path = DEFAULT_APP_MOUNT_ROOT   # application steps mount DUTs under it
 
 
 def advertised_address(advertise: str | None, bind: str, port: int) -> str:
@@ -89,6 +94,8 @@ def main(opts: AgentOptions) -> None:
     if not HOST_RE.match(host):       # the controller would refuse every event of this host's stream
         raise ConfigError("--host", host, f"not a valid host name (must match {HOST_RE.pattern})")
     check_agent_user(opts.broker_url, host)          # its broker user is agent-<host> (or a shared one)
+    # validated here, once: a bad declarations file stops the agent at its start with every problem
+    workloads = load_workloads(opts.app_workloads) if opts.app_workloads is not None else Workloads()
     decls = tuple(parse_net_decl(spec) for spec in opts.net_paths)
     twice = sorted({d.name for d in decls if sum(e.name == d.name for e in decls) > 1})
     if twice:
@@ -102,9 +109,11 @@ def main(opts: AgentOptions) -> None:
     if unknown:
         raise ConfigError("--wipe-ok", ",".join(unknown), "names no declared DUT (use the NAME of a --dut)")
     duts = tuple(d.model_copy(update={"wipe_ok": d.name in opts.wipe_ok}) for d in duts)
+    facts = facts.model_copy(update={"app_workloads": tuple(AppWorkloadFact.model_validate(w)
+                                                             for w in workloads.facts())})
     config = AgentConfig(host=host, broker_url=opts.broker_url, state_dir=opts.state_dir, duts=duts,
                          heartbeat_s=opts.heartbeat_s, fio_binary=opts.fio_binary, net_paths=decls,
-                         manage_mtu=opts.manage_mtu)
+                         manage_mtu=opts.manage_mtu, workloads=workloads, app_mount_root=opts.app_mount_root)
     client = redis_client(opts.broker_url)
     publisher = EventPublisher(client, host)
     runner = FioRunner(opts.state_dir, opts.fio_binary)
@@ -122,8 +131,9 @@ def main(opts: AgentOptions) -> None:
         agent.facts = facts.model_copy(update={"metrics_address": address})
         server.start()
         log.info("metrics on %s (advertised as %s)", server.address, address)
-    log.info("agent %s starting: %d DUT(s): %s; fio %s", host, len(duts),
-             ", ".join(f"{d.name}={d.path}" for d in duts) or "none", facts.fio_version)
+    log.info("agent %s starting: %d DUT(s): %s; fio %s; external workloads: %s", host, len(duts),
+             ", ".join(f"{d.name}={d.path}" for d in duts) or "none", facts.fio_version,
+             ", ".join(workloads.names) or "none")
     try:
         run_agent(agent, opts.broker_url, loglevel=opts.log_level)
     finally:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.cells import cell_key, key_label
-from orchestrator.queries import RunDetail
+from orchestrator.queries import APP_FIGURES, RunDetail, app_metrics, app_series, result_tool
 from orchestrator.store.models import Result, Step
 
 Value = str | int | float | bool | None
@@ -23,12 +23,15 @@ FIGURES = ("read_iops", "write_iops", "iops", "read_mb_s", "write_mb_s", "mb_s",
 DEVICE_FACTS = ("device_model", "device_serial", "device_firmware")
 STEP_HEAD = ("run", "suite", "host", "devices", "step", "kind", "round", "cell", "dims", "op_mode", "profile")
 
-RESULT_COLUMNS = (*STEP_HEAD, *WORKLOAD_DIMS, "mtu", "paths", *FIGURES, "runtime_s", "fio_version", *DEVICE_FACTS)
+APP_DIMS = ("app", "threads", "clients")
+RESULT_COLUMNS = (*STEP_HEAD, *WORKLOAD_DIMS, "mtu", "paths", *APP_DIMS, *FIGURES, *APP_FIGURES, "runtime_s",
+                  "fio_version", "result_kind", "tool", "tool_version", *DEVICE_FACTS)
 DEVICE_COLUMNS = (*STEP_HEAD, "device", *DEVICE_FACTS, *FIGURES)
 PATH_COLUMNS = ("run", "suite", "group", "cell", "dims", "profile", "mtu", "paths", "tool", "path", "host", "role",
                 "path_name", "path_mtu", "gbps", "iops", "lat_mean_us", "tx_gbps", "rx_gbps", "window_s", "complete")
 SERIES_COLUMNS = ("run", "step", "kind", "round", "cell", "t", "iops", "read_iops", "write_iops", "lat_mean_us",
                   "lat_max_us", "lat_stddev_us")
+APP_SERIES_COLUMNS = ("run", "step", "cell", "op_mode", "app", "threads", "clients", "series", "t", "value")
 
 
 @dataclass(frozen=True)
@@ -94,8 +97,12 @@ def result_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
     for st, res in _measured(d):
         w = st.workload or {}
         devs = _devices(res)
+        tool, tool_version = result_tool(res)
+        app = app_metrics(res) if st.kind == "app" else {}
         yield {**_step_head(d, st), **{k: w.get(k, st.cell.get(k)) for k in WORKLOAD_DIMS},
-               "mtu": st.cell.get("mtu"), "paths": st.cell.get("paths"),
+               "mtu": st.cell.get("mtu"), "paths": st.cell.get("paths"), **{k: st.cell.get(k) for k in APP_DIMS},
+               **{k: app.get(k) for k in APP_FIGURES}, "result_kind": getattr(res, "kind", None) or None,
+               "tool": tool, "tool_version": tool_version or None,
                "read_iops": res.read_iops, "write_iops": res.write_iops, "iops": res.iops,
                "read_mb_s": _mb(res.read_bw_bytes), "write_mb_s": _mb(res.write_bw_bytes), "mb_s": _mb(res.bw_bytes),
                "lat_mean_us": _us(res.lat_mean_ns), "lat_max_us": _us(res.lat_max_ns),
@@ -136,13 +143,27 @@ def series_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
                    **{c: _at(cols.get(c), i) for c in SERIES_COLUMNS[6:]}}
 
 
+def app_series_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
+    """An application result's per-second series (``tps``, ...), long format: a row per series and second."""
+    for st, res in _measured(d):
+        if st.kind != "app":
+            continue
+        label = _cell(st.cell)[0]
+        for name, values in app_series(res).items():
+            for t, v in enumerate(values, start=1):
+                yield {"run": d.run.id, "step": st.name, "cell": label, "op_mode": st.cell.get("op_mode"),
+                       "app": st.cell.get("app"), "threads": st.cell.get("threads"), "clients": st.cell.get("clients"),
+                       "series": name, "t": t, "value": v}
+
+
 def _at(col: Any, i: int) -> Value:
     return col[i] if isinstance(col, list) and i < len(col) else None
 
 
 TABLES: dict[str, tuple[tuple[str, ...], Callable[[RunDetail], Iterator[dict[str, Value]]]]] = {
     "results": (RESULT_COLUMNS, result_rows), "devices": (DEVICE_COLUMNS, device_rows),
-    "paths": (PATH_COLUMNS, path_rows), "series": (SERIES_COLUMNS, series_rows)}
+    "paths": (PATH_COLUMNS, path_rows), "series": (SERIES_COLUMNS, series_rows),
+    "app_series": (APP_SERIES_COLUMNS, app_series_rows)}
 
 
 def build(details: Sequence[RunDetail], names: Sequence[str]) -> list[Table]:

@@ -11,6 +11,7 @@ suite expands to (the plan); each Step has one or more Attempts (a dispatch to a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from sqlalchemy import (
@@ -162,6 +163,18 @@ class Attempt(Base):
     artifacts: Mapped[list[Artifact]] = relationship(back_populates="attempt", order_by="Artifact.name")
 
 
+def _fio_default(column: str | None, fio: Any, other: Any) -> Callable[[Any], Any]:
+    """An insert default: for a fio row (also one written in schema 0009's shape, without ``kind``) the value
+    of ``column`` (else ``fio``); for a row of another kind ``other``."""
+    def default(context: Any) -> Any:
+        row = context.get_current_parameters()
+        if row.get("kind", "fio") != "fio":
+            return other
+        value = row.get(column) if column is not None else None
+        return fio if value is None else value
+    return default
+
+
 class Result(Base):
     """The measured figures of one successful attempt, with provenance."""
 
@@ -171,19 +184,28 @@ class Result(Base):
     attempt_id: Mapped[str] = mapped_column(ForeignKey("attempts.id"), unique=True)
     step_id: Mapped[str] = mapped_column(ForeignKey("steps.id"))
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
-    read_iops: Mapped[float] = mapped_column(Float)
-    write_iops: Mapped[float] = mapped_column(Float)
-    iops: Mapped[float] = mapped_column(Float)
-    read_bw_bytes: Mapped[float] = mapped_column(Float)
-    write_bw_bytes: Mapped[float] = mapped_column(Float)
-    bw_bytes: Mapped[float] = mapped_column(Float)
-    lat_mean_ns: Mapped[float | None] = mapped_column(Float)
+    # kind-neutral (schema 0010): what measured, and its headline rate in its own unit
+    # (a row written without them, the shape of schema 0009, is a fio result: see the defaults)
+    kind: Mapped[str] = mapped_column(String(16), default="fio")   # fio | net | sysbench | pgbench | external
+    tool: Mapped[str] = mapped_column(String(32), default="fio")   # fio, iscsi, sysbench, pgbench, an external's
+    tool_version: Mapped[str] = mapped_column(String(128), default=_fio_default("fio_version", "", ""))  # "": unknown
+    # the kind's headline rate: fio IOPS, net Gbps, sysbench / pgbench TPS, an external workload's own
+    throughput: Mapped[float | None] = mapped_column(Float, default=_fio_default("iops", None, None))
+    throughput_unit: Mapped[str] = mapped_column(String(16), default=_fio_default(None, "IOPS", ""))
+    # fio's figures (a network result keeps its IOPS and bytes; an application result has none: NULL)
+    read_iops: Mapped[float | None] = mapped_column(Float)
+    write_iops: Mapped[float | None] = mapped_column(Float)
+    iops: Mapped[float | None] = mapped_column(Float)
+    read_bw_bytes: Mapped[float | None] = mapped_column(Float)
+    write_bw_bytes: Mapped[float | None] = mapped_column(Float)
+    bw_bytes: Mapped[float | None] = mapped_column(Float)
+    lat_mean_ns: Mapped[float | None] = mapped_column(Float)      # kind-neutral
     lat_max_ns: Mapped[float | None] = mapped_column(Float)
     lat_stddev_ns: Mapped[float | None] = mapped_column(Float)
-    lat_p99_ns: Mapped[float | None] = mapped_column(Float)
-    runtime_ms: Mapped[int] = mapped_column(Integer)
-    fio_version: Mapped[str] = mapped_column(String(32))
-    metrics: Mapped[dict[str, Any]] = mapped_column()      # full StepMetrics
+    lat_p99_ns: Mapped[float | None] = mapped_column(Float)       # kind-neutral
+    runtime_ms: Mapped[int] = mapped_column(Integer)              # kind-neutral
+    fio_version: Mapped[str | None] = mapped_column(String(32))   # fio results only (NULL for other kinds)
+    metrics: Mapped[dict[str, Any]] = mapped_column()      # the kind's own: StepMetrics, net totals, AppResult
     per_device: Mapped[dict[str, Any] | None] = mapped_column()   # device path -> StepMetrics (groups)
     series: Mapped[dict[str, Any] | None] = mapped_column()       # per-second columns (precondition)
     per_path: Mapped[dict[str, Any] | None] = mapped_column()     # network step: path -> Gbps, IOPS, MTU...

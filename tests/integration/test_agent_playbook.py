@@ -6,14 +6,16 @@
 - io_tuning: the udev rule and the sysctl file are written under the prefix and never applied; the
   I/O scheduler is set, through sysfs, on a loop device this test creates (and on nothing else);
 - lab_agent: the agent is pip-installed offline into a venv under the prefix (a wheel of this
-  checkout, ``--no-index --no-deps``; its dependencies are the project venv's, on PYTHONPATH) and
-  started by the pidfile script (this machine has no systemd). It is proven running by registering
-  at a real redis-server, through a real controller, with its DUT and metrics address. It runs as a
-  dedicated system user the role creates (a throw-away name, removed at the end), which reads and
-  writes the declared loop DUT through its ACL and has no access to an undeclared loop device. The
-  prefix is a world-traversable directory of /tmp (pytest's own is not); the user has a fixed free uid
-  (``lab_agent_uid``) so that, before the run, it can be let through (ACL ``--x``, removed at the end) the
-  directories above this interpreter that others cannot traverse (pyenv under /root).
+  checkout, ``--no-index --no-deps``; its dependencies, on PYTHONPATH, are the project venv's
+  distributions of the base install only: nothing of the controller extra, as on a lab host) and
+  started as ``storagelab-agent`` by the pidfile script (this machine has no systemd). It is proven
+  running by registering at a real redis-server, through a real controller, with its DUT and metrics
+  address. It runs as a dedicated system user the role creates (a throw-away name, removed at the
+  end), which reads and writes the declared loop DUT through its ACL and has no access to an
+  undeclared loop device. The prefix is a world-traversable directory of /tmp (pytest's own is not);
+  the user has a fixed free uid (``lab_agent_uid``) so that, before the run, it can be let through
+  (ACL ``--x``, removed at the end) the directories above this interpreter that others cannot
+  traverse (pyenv under /root).
 
 A second run changes nothing. The agent is stopped by the script and, whatever happens, killed by its
 pid; the loop device is detached by its name.
@@ -23,12 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import grp
+import importlib.metadata
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
@@ -44,15 +49,14 @@ from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
 from tests.ansible_helpers import (
     PlaybookRun,
-    agent_process,
     can_use_loop_devices,
-    dependency_dir,
     installed_debs,
     local_inventory,
     loop_device,
     project_wheel,
     run_playbook,
 )
+from tests.unit.test_agent_deps import base_requirements, closure
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +84,7 @@ def host_vars(tmp_path: Path, prefix: Path, broker: str, metrics_port: int, user
         "io_tuning_sysctl_apply": False,
         "lab_agent_src": str(project_wheel(tmp_path / "wheels")), "lab_agent_venv": str(prefix / "venv"),
         "lab_agent_venv_command": f"{sys.executable} -m venv", "lab_agent_pip_extra_args": "--no-index --no-deps",
-        "lab_agent_environment": {"PYTHONPATH": str(dependency_dir(prefix / "deps"))},
+        "lab_agent_environment": {"PYTHONPATH": str(agent_dependency_dir(prefix / "deps"))},
         "lab_agent_user": user, "lab_agent_uid": uid, "lab_agent_udev_rules_file": str(prefix / "60-storagelab.rules"),
         "lab_agent_udev_reload": False,
         "lab_agent_service_mode": "script", "lab_agent_script": str(prefix / "storagelab-agent-ctl"),
@@ -89,6 +93,31 @@ def host_vars(tmp_path: Path, prefix: Path, broker: str, metrics_port: int, user
         "lab_agent_broker_url": broker, "lab_agent_metrics_port": metrics_port,   # bound to metrics_address
         "metrics_address": f"127.0.0.1:{metrics_port}", "lab_agent_stop_timeout": 15,
     }
+
+
+def agent_dependency_dir(dest: Path) -> Path:
+    """A directory of links to the project venv's distributions of the base install (the agent's, with
+    their own dependencies) and to nothing else: the installed agent runs without the controller's."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    wanted = closure(base_requirements())
+    dest.mkdir(parents=True, exist_ok=True)
+    for dist in importlib.metadata.distributions(path=[str(site)]):
+        if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() not in wanted:
+            continue
+        for top in {f.parts[0] for f in dist.files or () if f.parts and f.parts[0] != ".."}:
+            if (site / top).exists() and not (dest / top).exists():
+                (dest / top).symlink_to(site / top)
+    assert not (dest / "sqlalchemy").exists() and (dest / "celery").exists()
+    return dest
+
+
+def agent_process(pid: int) -> str | None:
+    """The command line of ``pid`` when it is a running storagelab agent (``storagelab-agent``), else None."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return None
+    return cmdline if "/storagelab-agent " in cmdline else None
 
 
 def free_id() -> int:
@@ -303,8 +332,8 @@ def run_the_playbook_twice(tmp_path: Path, prefix: Path, account: tuple[str, int
                 cmdline = agent_process(pid)
                 venv_bin = prefix / "venv" / "bin"
                 assert cmdline is not None and cmdline.startswith(f"{venv_bin}/python"), cmdline
-                assert f" {venv_bin}/labctl agent --host localhost " in cmdline, cmdline
-                assert list((prefix / "venv" / "lib").glob("python3*/site-packages/orchestrator/controller.py"))
+                assert f" {venv_bin}/storagelab-agent --host localhost " in cmdline, cmdline
+                assert list((prefix / "venv" / "lib").glob("python3*/site-packages/agents/cmd/cli.py"))
                 db = sessions(make_engine(store))
 
                 def up() -> Host | None:

@@ -3,7 +3,7 @@
 labcontract.inventory refuses hostile values (tests/unit/test_inventory.py); here the validation is bypassed
 on purpose (the inventory is handed to Ansible as is) to prove the second line holds: the start script,
 rendered by Ansible from the role's own templates and defaults, passes ``bash -n`` / ``sh -n``, and run in a
-throw-away prefix it starts a fake ``labctl`` with every hostile value as one intact argument and runs
+throw-away prefix it starts a fake ``storagelab-agent`` with every hostile value as one intact argument and runs
 nothing of them (no marker file appears). The systemd unit escapes ``$``, ``%`` and quotes; the udev rule
 leaves out what is not one udev string.
 """
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 ROLE = PLAYBOOKS / "roles" / "lab_agent"
 
-FAKE_LABCTL = """#!/bin/sh
+FAKE_AGENT = """#!/bin/sh
 # a stand-in for the agent: records its arguments and environment, then idles until stopped
 for a in "$@"; do printf '%s\\n' "$a"; done > {out}/argv
 env > {out}/env
@@ -68,9 +68,9 @@ def test_start_script_and_unit_quote_hostile_inventory_values(tmp_path: Path) ->
     prefix, marks, out = tmp_path / "prefix", tmp_path / "marks", tmp_path / "out"
     for d in (prefix / "venv" / "bin", marks, out):
         d.mkdir(parents=True)
-    labctl = prefix / "venv" / "bin" / "labctl"
-    labctl.write_text(FAKE_LABCTL.format(out=out))
-    labctl.chmod(0o755)
+    agent = prefix / "venv" / "bin" / "storagelab-agent"
+    agent.write_text(FAKE_AGENT.format(out=out))
+    agent.chmod(0o755)
     me = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
     # extra vars: above the role defaults the play loads, and never seen by labcontract.inventory
     values = {**hostile(marks), "lab_agent_venv": str(prefix / "venv"), "lab_agent_state_dir": str(prefix / "state"),
@@ -94,7 +94,7 @@ def test_start_script_and_unit_quote_hostile_inventory_values(tmp_path: Path) ->
     assert stop.stdout.strip() == "stopped", stop.stdout + stop.stderr
 
     m = {n: str(marks / f"Y{n}") for n in range(1, 10)}
-    assert argv[:6] == ["agent", "--host", "localhost", "--state-dir", str(prefix / "state"), "--metrics-port"]
+    assert argv[:5] == ["--host", "localhost", "--state-dir", str(prefix / "state"), "--metrics-port"]
     for arg in (f"127.0.0.1:9$(touch {m[7]})", f"d0;touch {m[1]}=/dev/disk/by-id/X$(touch {m[2]})",
                 f"d1=/dev/loop7`touch {m[4]}`", f"d0;touch {m[1]}",
                 f"p1=eth1 && touch {m[5]}@10.1.1.2'; touch {m[6]}; '"):
@@ -109,6 +109,7 @@ def test_start_script_and_unit_quote_hostile_inventory_values(tmp_path: Path) ->
 
     unit = (out / "unit").read_text()
     (exec_start,) = [x for x in unit.splitlines() if x.startswith("ExecStart=")]
+    assert exec_start.startswith(f'ExecStart="{prefix}/venv/bin/storagelab-agent" "--host" "localhost" ')
     assert f'"--dut" "d1=/dev/loop7`touch {m[4]}`"' in exec_start
     assert f'"d0;touch {m[1]}=/dev/disk/by-id/X$$(touch {m[2]})"' in exec_start
     assert f'Environment="LAB_BROKER_URL=redis://h:6379/0?x=$$(touch {m[8]})&y=%%h"' in unit

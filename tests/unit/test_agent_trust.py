@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import agents.kinds.fio as fio_kind
 import agents.runner as runner_mod
 from agents.daemon import Agent, AgentConfig
 from agents.runner import FioRunner
@@ -82,8 +83,8 @@ def test_the_runner_refuses_an_unsafe_id_even_from_a_valid_looking_message(tmp_p
 def test_a_job_file_naming_an_undeclared_device_is_refused(agent: tuple[Agent, list[Event], Path],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     a, sent, tmp = agent
-    real = runner_mod.render_job
-    monkeypatch.setattr(runner_mod, "render_job", lambda w, d: real(w, d) + "\n[evil]\nfilename=/dev/loop7\nrw=write\n")
+    real = fio_kind.render_job
+    monkeypatch.setattr(fio_kind, "render_job", lambda w, d: real(w, d) + "\n[evil]\nfilename=/dev/loop7\nrw=write\n")
     a.start_step(payload(str(tmp / "dut0.img")))
     [ended] = refusals(sent)
     assert "job evil opens /dev/loop7, not a declared DUT this step names" in ended.reason
@@ -94,8 +95,8 @@ def test_a_write_in_the_rendered_job_asks_the_interlock_though_the_workload_read
         agent: tuple[Agent, list[Event], Path], monkeypatch: pytest.MonkeyPatch) -> None:
     a, sent, tmp = agent
     dut = str(tmp / "dut0.img")
-    real = runner_mod.render_job
-    monkeypatch.setattr(runner_mod, "render_job", lambda w, d: real(w, d) + f"\n[also]\nfilename={dut}\nrw=write\n")
+    real = fio_kind.render_job
+    monkeypatch.setattr(fio_kind, "render_job", lambda w, d: real(w, d) + f"\n[also]\nfilename={dut}\nrw=write\n")
     monkeypatch.setattr(interlock, "observe", lambda p: interlock.ObservedState(path=p, real_path=p,
                                                                                  mountpoints=("/mnt/data",)))
     a.start_step(payload(dut))

@@ -152,8 +152,8 @@ def test_truncated_trailing_and_missized_artifacts_are_refused() -> None:
 
 # --- decoding: every failure a ProtocolError, sizes bounded ---------------------------------------------------
 
-@pytest.mark.parametrize("raw", ["[1,2,3]", "null", '"a string"', "{}", '{"v": 5}', "{not json",
-                                 b"\xff\xfe\x00", '{"v": 5, "type": "nope"}', "1e999999"])
+@pytest.mark.parametrize("raw", ["[1,2,3]", "null", '"a string"', "{}", '{"v": 6}', "{not json",
+                                 b"\xff\xfe\x00", '{"v": 6, "type": "nope"}', "1e999999"])
 def test_any_entry_decodes_or_is_a_protocol_error(raw: str | bytes) -> None:
     with pytest.raises(ProtocolError):
         decode_event(raw)
@@ -183,13 +183,13 @@ def test_reply_to_names_only_a_reply_list() -> None:
 
 def test_poison_commands_are_refused_with_a_reply_when_one_can_be_sent(fake: Any) -> None:
     (ctl, *_), r, _intake = fake
-    for raw in ("[1,2,3]", "null", '"x"', '{"v": 5, "run_id": "r"}', '{"v": 5, "type": "submit", "reply_to": '
+    for raw in ("[1,2,3]", "null", '"x"', '{"v": 6, "run_id": "r"}', '{"v": 6, "type": "submit", "reply_to": '
                                                                        '"lab:commands"}'):
         with pytest.raises(ProtocolError):
             ctl.handle_command(raw)
     assert r.lists == {}                             # no reply list could be named: nothing pushed anywhere
     with pytest.raises(ProtocolError, match="malformed command"):
-        ctl.handle_command('{"v": 5, "type": "cancel", "reply_to": "lab:reply:r1"}')
+        ctl.handle_command('{"v": 6, "type": "cancel", "reply_to": "lab:reply:r1"}')
     (reply,) = r.lists["lab:reply:r1"]
     assert json.loads(reply)["ok"] is False and "run_id" in json.loads(reply)["errors"][0]
 
@@ -211,8 +211,8 @@ def test_client_shows_a_version_refusal() -> None:
     with pytest.raises(ServiceError, match="upgrade labctl"):
         parse_reply(json.dumps({"v": PROTOCOL_VERSION, "ok": False, "errors": [
             "protocol version 4 is not spoken here; this controller speaks 5 — upgrade labctl"]}))
-    with pytest.raises(ServiceError, match="protocol 6"):
-        parse_reply(json.dumps({"v": 6, "ok": True, "new_field": 1}))
+    with pytest.raises(ServiceError, match=f"protocol {PROTOCOL_VERSION + 1}"):
+        parse_reply(json.dumps({"v": PROTOCOL_VERSION + 1, "ok": True, "new_field": 1}))
     assert parse_reply(json.dumps({"v": PROTOCOL_VERSION, "ok": True, "run_id": "r"})).run_id == "r"
 
 
@@ -287,7 +287,7 @@ def test_another_protocol_version_marks_the_host_incompatible(env: Any, fake: An
                              reply_to="-")).ok
     with db() as s:
         h = s.get(Host, "h1")
-        assert h is not None and "agent 0.9 speaks protocol 4; this controller speaks 5 — upgrade the agent" \
+        assert h is not None and f"agent 0.9 speaks protocol 4; this controller speaks {PROTOCOL_VERSION} — upgrade the agent" \
             in h.incompatible
         runs = list(s.scalars(select(Run)))
         d = decide(runs, {h.name: h}, clock.t, ctl.host_up)
@@ -331,10 +331,11 @@ def test_attempts_on_a_host_turned_incompatible_say_why(env: Any, fake: Any) -> 
     ctl, disp, clock, db = env
     _env, _r, intake = fake
     att = running_attempt(ctl, disp, clock)
-    old = {"v": 6, "type": "register", "host": "h1", "agent_version": "9.0"}
+    old = {"v": PROTOCOL_VERSION + 1, "type": "register", "host": "h1", "agent_version": "9.0"}
     intake.events([(events_stream("h1"), [("1-0", {b"data": json.dumps(old).encode()})])])
     with db() as s:
         a = s.get(Attempt, att)
         assert a is not None and a.state == "RUNNING"
-        assert "its end cannot be received: host h1 is incompatible (agent 9.0 speaks protocol 6; this controller " \
-               "speaks 5 — upgrade the controller)" == a.reason == a.step.reason
+        assert ("its end cannot be received: host h1 is incompatible (agent 9.0 speaks protocol "
+                f"{PROTOCOL_VERSION + 1}; this controller speaks {PROTOCOL_VERSION} — upgrade the controller)"
+                == a.reason == a.step.reason)

@@ -14,6 +14,8 @@ from alembic.migration import MigrationContext
 from orchestrator.store.db import alembic_config, make_engine, migrate
 from orchestrator.store.models import Base, Result, Run, Step
 
+HEAD = "0010"
+
 
 def test_upgrade_from_0001_keeps_runs_and_steps(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'old.sqlite'}")
@@ -67,7 +69,7 @@ def test_0009_adds_lat_hist_and_keeps_older_results(tmp_path: Path) -> None:
             " ('r1-s000-a1', 'r1-s000', 'r1', 1, 0, 1, 4096, 0, 4096, 1000, 'fio-3.33', '{}', '{}', 2.0)"))
     migrate(engine)
     with engine.connect() as c:
-        assert c.scalar(sa.text("SELECT version_num FROM alembic_version")) == "0009"
+        assert c.scalar(sa.text("SELECT version_num FROM alembic_version")) == HEAD
         assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
     with sa.orm.Session(engine) as s:
         (old,) = s.scalars(sa.select(Result)).all()
@@ -79,3 +81,70 @@ def test_0009_adds_lat_hist_and_keeps_older_results(tmp_path: Path) -> None:
     command.downgrade(alembic_config(engine), "0008")
     with engine.connect() as c:
         assert "lat_hist" not in {col["name"] for col in sa.inspect(c).get_columns("results")}
+
+
+def _store_at_0009_with_a_fio_and_a_net_result(path: Path) -> sa.Engine:
+    engine = make_engine(f"sqlite:///{path}")
+    command.upgrade(alembic_config(engine), "0009")
+    with engine.begin() as c:
+        c.execute(sa.text(
+            "INSERT INTO runs (id, suite_name, suite_source, suite_text, suite_sha256, host, device, devices, live,"
+            " state, reason, priority, submitted_at) VALUES ('r1', 's', 's.yaml', 'suite: s', 'x', 'h1', '/dev/loop3',"
+            " '[]', 1, 'SUCCEEDED', '', 0, 1.0)"))
+        for sid, kind in (("r1-s000", "measure"), ("r1-s001", "net")):
+            c.execute(sa.text(
+                "INSERT INTO steps (id, run_id, seq, round, kind, name, cell, note, job_text, host, state, reason)"
+                f" VALUES ('{sid}', 'r1', {sid[-1]}, 0, '{kind}', 'w', '{{}}', '', '', '', 'SUCCEEDED', '')"))
+            c.execute(sa.text(
+                "INSERT INTO attempts (id, step_id, number, host, device, state, reason, timeout_s, dispatch_count)"
+                f" VALUES ('{sid}-a1', '{sid}', 1, 'h1', '/dev/loop3', 'SUCCEEDED', '', 60, 1)"))
+        c.execute(sa.text(
+            "INSERT INTO results (attempt_id, step_id, run_id, read_iops, write_iops, iops, read_bw_bytes,"
+            " write_bw_bytes, bw_bytes, runtime_ms, fio_version, metrics, provenance, created_at) VALUES"
+            " ('r1-s000-a1', 'r1-s000', 'r1', 1500, 0, 1500, 4096, 0, 6144000, 1000, 'fio-3.33', '{}', '{}', 2.0)"))
+        c.execute(sa.text(
+            "INSERT INTO results (attempt_id, step_id, run_id, read_iops, write_iops, iops, read_bw_bytes,"
+            " write_bw_bytes, bw_bytes, runtime_ms, fio_version, metrics, provenance, created_at) VALUES"
+            " ('r1-s001-a1', 'r1-s001', 'r1', 0, 0, 800, 0, 0, 1250000000, 5000, 'iscsi', '{}', '{}', 3.0)"))
+    return engine
+
+
+def test_0010_backfills_kind_neutral_columns(tmp_path: Path) -> None:
+    """A fio row becomes kind fio (tool fio, its version, IOPS); a network row kind net with its tool moved
+    out of fio_version and its Gbps as throughput. fio's figures may then be NULL (an application result)."""
+    engine = _store_at_0009_with_a_fio_and_a_net_result(tmp_path / "r.sqlite")
+    migrate(engine)
+    with engine.connect() as c:
+        assert c.scalar(sa.text("SELECT version_num FROM alembic_version")) == "0010"
+        assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+    with sa.orm.Session(engine) as s:
+        fio, net = sorted(s.scalars(sa.select(Result)).all(), key=lambda r: r.step_id)
+        assert (fio.kind, fio.tool, fio.tool_version, fio.throughput, fio.throughput_unit, fio.fio_version) == (
+            "fio", "fio", "fio-3.33", 1500, "IOPS", "fio-3.33")
+        assert (net.kind, net.tool, net.tool_version, net.throughput_unit, net.fio_version) == (
+            "net", "iscsi", "", "Gbps", None)
+        assert net.throughput == pytest.approx(10.0) and net.iops == 800
+        s.execute(sa.text(
+            "INSERT INTO attempts (id, step_id, number, host, device, state, reason, timeout_s, dispatch_count)"
+            " VALUES ('r1-s001-a2', 'r1-s001', 2, 'h1', '/dev/loop3', 'SUCCEEDED', '', 60, 1)"))
+        s.execute(sa.text(
+            "INSERT INTO attempts (id, step_id, number, host, device, state, reason, timeout_s, dispatch_count)"
+            " VALUES ('r1-s000-a2', 'r1-s000', 2, 'h1', '/dev/loop3', 'SUCCEEDED', '', 60, 1)"))
+        legacy = Result(attempt_id="r1-s000-a2", step_id="r1-s000", run_id="r1", read_iops=7.0, write_iops=0.0,
+                        iops=7.0, read_bw_bytes=1.0, write_bw_bytes=0.0, bw_bytes=1.0, runtime_ms=1,
+                        fio_version="fio-3.36", metrics={}, provenance={}, created_at=3.5)
+        s.add(legacy)            # a writer of 0009's shape: a fio row
+        s.flush()
+        assert (legacy.kind, legacy.tool, legacy.tool_version, legacy.throughput, legacy.throughput_unit) == (
+            "fio", "fio", "fio-3.36", 7.0, "IOPS")
+        s.delete(legacy)
+        s.add(Result(attempt_id="r1-s001-a2", step_id="r1-s001", run_id="r1", kind="pgbench", tool="pgbench",
+                     tool_version="15.8", throughput=812.5, throughput_unit="TPS", runtime_ms=3000, metrics={},
+                     provenance={}, created_at=4.0))
+        s.commit()
+    command.downgrade(alembic_config(engine), "0009")
+    with engine.connect() as c:
+        rows = c.execute(sa.text("SELECT step_id, fio_version, iops FROM results ORDER BY id")).all()
+        assert [tuple(r) for r in rows] == [("r1-s000", "fio-3.33", 1500), ("r1-s001", "iscsi", 800),
+                                            ("r1-s001", "pgbench", 0)]
+        assert "kind" not in {col["name"] for col in sa.inspect(c).get_columns("results")}

@@ -25,7 +25,7 @@ RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
 RULE_TESTS = sorted((PROM_DIR / "tests").glob("*.yml"))
 PROMTOOL = "/usr/bin/promtool"
 UIDS = {"lab-overview.json": "lab-overview", "live-run.json": "lab-live-run",
-        "network-paths.json": "lab-network-paths"}
+        "network-paths.json": "lab-network-paths", "live-app.json": "lab-live-app"}
 
 
 def promtool(*args: str, cwd: Path | None = None) -> str:
@@ -53,7 +53,8 @@ def recording_names() -> set[str]:
 
 
 def dashboards() -> dict[str, dict[str, Any]]:
-    return {name: json.loads((ROOT / "dashboards" / name).read_text()) for name in G.DASHBOARDS}
+    return {name: json.loads((ROOT / "dashboards" / name).read_text())
+            for name in {**G.DASHBOARDS, **G.APP_DASHBOARDS}}
 
 
 def all_exprs() -> Iterator[tuple[str, str]]:
@@ -172,7 +173,7 @@ def test_dashboards_have_stable_uids_and_the_lab_datasource() -> None:
                 assert a["datasource"]["uid"] == "lab-prometheus"
     variables = {name: [v["name"] for v in d["templating"]["list"]] for name, d in dashboards().items()}
     assert variables == {"lab-overview.json": ["host"], "live-run.json": ["run", "host", "device"],
-                         "network-paths.json": ["host", "path", "run"]}
+                         "network-paths.json": ["host", "path", "run"], "live-app.json": ["run", "host", "device"]}
 
 
 def test_run_selection_joins_lab_step_info() -> None:

@@ -2,6 +2,7 @@
 A new chart is one module here plus its line below."""
 
 from orchestrator.htmlreport.charts import (  # noqa: F401
+    apps,
     bars,
     groups,
     heatmap,

@@ -74,13 +74,13 @@ class Metric:
     title: str
     axis: str
     device: Callable[[dict[str, Any]], float | None]
-    total: Callable[[Result], float]
+    total: Callable[[Result], float | None]
     scale: float
     text: Callable[[float | None], str]
 
 
 def _metrics(entries: list[Entry]) -> list[Metric]:
-    top = max(e.result.bw_bytes for e in entries)
+    top = max(e.result.bw_bytes or 0.0 for e in entries)
     gb = top >= 1e9
     return [
         Metric("iops", "IOPS per device and in total", "IOPS (read + write)", lambda d: _combined(d, "iops"),
@@ -125,7 +125,7 @@ def _figure(ctx: ReportContext, m: Metric, keys: list[CellKey], cells: dict[Cell
                     ax.text(x, val / m.scale, str(di), ha="center", va="bottom", fontsize=6)
                     points += 1
                     x += 1
-                total = m.total(e.result)
+                total = m.total(e.result) or 0.0     # a measured fio cell always has its totals
                 rows.append([f"run {v.index + 1}", cell_name, "total (Σ)", m.text(total),
                              fmt.ms(e.result.lat_mean_ns), fmt.ms(e.result.lat_max_ns)])
                 ax.bar(x, total / m.scale, 0.9, color=v.colour, hatch=v.hatch(mode), edgecolor="black", linewidth=0.4)

@@ -124,7 +124,7 @@ def _measured(v: RunView) -> list[Measured]:
     """(cell, workload, name, bytes/s, IOPS, target Gbps) of each measured cell of a run."""
     out: list[Measured] = []
     if v.detail.run.topology is None:
-        return [(st.cell, st.workload, st.name, res.bw_bytes, res.iops, None) for st, res in v.measured()]
+        return [(st.cell, st.workload, st.name, res.bw_bytes or 0.0, res.iops, None) for st, res in v.measured()]
     workloads = {st.seq: st.workload for st in v.detail.steps if st.kind == "net"}
     for ng in v.detail.net_groups:
         t = ng.total or {}

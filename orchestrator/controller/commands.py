@@ -1,0 +1,311 @@
+"""Commands from the CLI (submit, cancel, schedules, release, pause, resume), scheduled submissions and end
+notifications; and the judgement of a submission against what agents registered."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from croniter import croniter
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from labcontract.errors import Problem, ProtocolError, SubmissionError, SuiteError
+from labcontract.protocol import (
+    Cancel,
+    CancelStep,
+    Pause,
+    Release,
+    Reply,
+    Resume,
+    ScheduleAdd,
+    ScheduleRemove,
+    Submit,
+    decode_command,
+)
+from labcontract.suite import Suite, capacity_problems, override_problems, parse_suite
+from orchestrator import health, netgroups
+from orchestrator.controller.core import ControllerCore
+from orchestrator.intake import command_refusal, valid_reply_to
+from orchestrator.kinds.common import find_device
+from orchestrator.notify import payload
+from orchestrator.planner import net_hosts_of, plan
+from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, RunState, StepState, check_run
+from orchestrator.store.models import Device, Host, Result, Run, Schedule, Step
+
+log = logging.getLogger("orchestrator.controller")
+REPLY_TTL_S = 300
+
+
+def next_fire(cron: str, after: float) -> float:
+    """The first time after ``after`` that the cron expression names (local time)."""
+    start = datetime.fromtimestamp(after).astimezone()
+    return float(croniter(cron, start).get_next(datetime).timestamp())
+
+
+def new_run_id() -> str:
+    return time.strftime("r%Y%m%d-") + uuid.uuid4().hex[:6]
+
+
+def submission_problems(session: Session, host_name: str, devices: Sequence[str],
+                        suite: Suite | None = None) -> list[Problem]:
+    """What is wrong with running on (host, devices), judged by what agents registered."""
+    problems = []
+    if not devices:
+        problems.append(Problem("--device", "no device named"))
+    if suite is not None and suite.devices is not None and devices and len(devices) != suite.devices:
+        problems.append(Problem("--device", f"suite {suite.name} takes {suite.devices} device(s); "
+                                            f"{len(devices)} named"))
+    host = session.get(Host, host_name)
+    if host is None:
+        known = ", ".join(session.scalars(select(Host.name).order_by(Host.name))) or "none registered"
+        return [*problems, Problem("--host", f"unknown host {host_name!r} (known: {known})")]
+    declared = ", ".join(f"{d.name} ({d.path})" for d in host.devices if d.declared) or "none"
+    seen: dict[str, str] = {}
+    named: list[Device] = []
+    for device in devices:
+        dev = find_device(host, device)
+        if dev is None:
+            problems.append(Problem("--device", f"{device!r} is not a declared DUT of host {host_name} "
+                                                f"(declared: {declared})"))
+        elif dev.path in seen:
+            problems.append(Problem("--device", f"{device!r} names device {dev.path} twice in one device group "
+                                                f"(also as {seen[dev.path]!r})"))
+        else:
+            seen[dev.path] = device
+            named.append(dev)
+    if suite is not None and named:
+        # sizes against the registered capacity of the smallest named device (a group shares one job)
+        smallest = min(named, key=lambda d: d.size_bytes)
+        problems += capacity_problems(suite, smallest.size_bytes, f"device {smallest.name} ({smallest.path})")
+    return problems
+
+
+class CommandsMixin(ControllerCore):
+    def handle_command(self, raw: str | bytes) -> None:
+        """Decode, apply and answer one command. One that cannot be decoded raises ProtocolError, after an error
+        reply when it names a proper reply list (a wrong protocol version is answered at once)."""
+        try:
+            cmd = decode_command(raw)
+        except ProtocolError as e:
+            why, reply_to = command_refusal(raw, e)
+            if reply_to is not None:
+                self._reply(reply_to, Reply(ok=False, errors=(why,)))
+            raise ProtocolError(why) from e
+        if isinstance(cmd, Submit):
+            reply = self.submit(cmd)
+        elif isinstance(cmd, Cancel):
+            reply = self.cancel(cmd)
+        elif isinstance(cmd, ScheduleAdd | ScheduleRemove):
+            reply = self.schedules(cmd)
+        elif isinstance(cmd, Release):
+            reply = self.release(cmd)
+        else:
+            reply = self.pause_or_resume(cmd)
+        self._reply(cmd.reply_to, reply)
+
+    def _reply(self, reply_to: str, reply: Reply) -> None:
+        if valid_reply_to(reply_to):           # a reply list, never a stream, a queue or another key
+            self.redis.lpush(reply_to, reply.model_dump_json())
+            self.redis.expire(reply_to, REPLY_TTL_S)
+
+    def submit(self, cmd: Submit) -> Reply:
+        with self.sessions.begin() as s:
+            return self._submit_in(s, cmd)
+
+    def submission_problems(self, s: Session, cmd: Submit) -> tuple[Suite | None, list[Problem]]:
+        problems: list[Problem] = []
+        suite = None
+        try:
+            suite = parse_suite(cmd.suite_text, cmd.suite_source)
+            problems += override_problems(suite, cmd.runtime_override, cmd.scale)
+        except SuiteError as e:
+            problems += e.problems
+        if suite is not None and suite.network is not None:
+            if cmd.devices:
+                problems.append(Problem("--device", "a network suite measures paths, not DUTs: name no device"))
+            problems += netgroups.net_problems(s, suite, cmd.host or None, cmd.initiators)
+            return suite, problems
+        if suite is None and not cmd.devices and cmd.initiators:
+            return suite, problems        # a network suite that does not parse: its problems are the news
+        problems += submission_problems(s, cmd.host, cmd.devices, suite)
+        if suite is not None and suite.phases.provision and not problems:
+            problems += self._provision_problems(s, cmd)
+        return suite, problems
+
+    def _provision_problems(self, s: Session, cmd: Submit) -> list[Problem]:
+        if self.provisioner is None:
+            return [Problem("phases.provision", "this suite provisions its DUTs through Ansible; the controller "
+                                                "runs without an inventory (labctl controller --inventory DIR)")]
+        host = s.get(Host, cmd.host)
+        paths = [dev.path for d in cmd.devices if host and (dev := find_device(host, d)) is not None]
+        return [Problem("--device", p) for p in self.provisioner.problems(cmd.host, paths)]
+
+    def _submit_in(self, s: Session, cmd: Submit) -> Reply:
+        """Validate and queue a run in the caller's transaction (submissions and schedule firings)."""
+        if s.get(Run, cmd.run_id) is not None:
+            return Reply(ok=True, run_id=cmd.run_id)     # a re-sent submission
+        suite, problems = self.submission_problems(s, cmd)
+        if problems or suite is None:
+            err = SubmissionError(cmd.suite_source, problems)
+            log.warning("submission %s rejected: %s", cmd.run_id, err.summary)
+            return Reply(ok=False, errors=tuple(str(p) for p in problems))
+        if suite.network is not None:
+            return self._submit_network(s, cmd, suite)
+        host = s.get(Host, cmd.host)
+        assert host is not None
+        named = [dev for d in cmd.devices if (dev := find_device(host, d)) is not None]
+        paths = [dev.path for dev in named]
+        run = Run(id=cmd.run_id, suite_name=suite.name, suite_source=cmd.suite_source,
+                  suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=cmd.host,
+                  device=paths[0], devices=paths, runtime_override=cmd.runtime_override, scale=cmd.scale,
+                  live=cmd.live, priority=cmd.priority, not_before=cmd.not_before, expires_at=cmd.expires_at,
+                  state=str(RunState.QUEUED), submitted_at=self.clock())
+        smallest = min((dev.size_bytes for dev in named), default=None)   # an app suite's OP footprint
+        for p in plan(suite, paths, runtime=cmd.runtime_override, scale=cmd.scale, device_bytes=smallest):
+            first_round = p.kind == "precondition"
+            run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}" + ("-r001" if first_round else ""),
+                                  seq=p.seq, round=1 if first_round else 0, kind=p.kind, name=p.name,
+                                  cell=p.cell, note=p.note,
+                                  workload=p.workload.model_dump(mode="json") if p.workload else None,
+                                  job_text=p.job_text, state=str(StepState.PENDING)))
+        s.add(run)
+        log.info("run queued: suite %s, %d steps on %s:%s", suite.name, len(run.steps), cmd.host,
+                 ",".join(paths), extra={"run": run.id, "host": cmd.host})
+        return Reply(ok=True, run_id=cmd.run_id)
+
+    def _submit_network(self, s: Session, cmd: Submit, suite: Suite) -> Reply:
+        """A network run: its hosts are the target and the initiators; a step per host and cell."""
+        net = suite.network
+        assert net is not None
+        hosts = net_hosts_of(suite, cmd.host or None, cmd.initiators)     # both present: checked on submission
+        run = Run(id=cmd.run_id, suite_name=suite.name, suite_source=cmd.suite_source,
+                  suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=hosts.target, device="net",
+                  devices=[], topology=netgroups.topology(suite, hosts), runtime_override=cmd.runtime_override,
+                  scale=cmd.scale, live=cmd.live, priority=cmd.priority, not_before=cmd.not_before,
+                  expires_at=cmd.expires_at, state=str(RunState.QUEUED), submitted_at=self.clock())
+        index = {h: i for i, h in enumerate(hosts.all)}
+        for p in plan(suite, [], runtime=cmd.runtime_override, scale=cmd.scale, net_hosts=hosts):
+            assert p.host is not None and p.workload is not None
+            run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}-h{index[p.host]}", seq=p.seq, round=0, kind=p.kind,
+                                  name=p.name, cell=p.cell, note=p.note, host=p.host,
+                                  workload=p.workload.model_dump(mode="json"), job_text=p.job_text,
+                                  state=str(StepState.PENDING)))
+        s.add(run)
+        log.info("network run queued: suite %s, %d steps; target %s, initiator(s) %s, path(s) %s", suite.name,
+                 len(run.steps), hosts.target, ", ".join(hosts.initiators), ", ".join(net.paths),
+                 extra={"run": run.id, "host": hosts.target})
+        return Reply(ok=True, run_id=cmd.run_id)
+
+    def cancel(self, cmd: Cancel) -> Reply:
+        with self.sessions.begin() as s:
+            run = s.get(Run, cmd.run_id)
+            if run is None:
+                return Reply(ok=False, errors=(f"unknown run {cmd.run_id!r}",))
+            if run.state in TERMINAL_RUN:
+                return Reply(ok=False, run_id=run.id, errors=(f"run {run.id} already ended ({run.state})",))
+            run.reason = f"cancelled: {cmd.reason}"
+            for step in run.steps:
+                if step.state == StepState.PENDING:
+                    step.state, step.reason, step.ended_at = str(StepState.CANCELLED), cmd.reason, self.clock()
+                elif step.state in ACTIVE_STEP:
+                    att = step.attempts[-1]
+                    self.dispatcher.cancel(att.host, CancelStep(attempt_id=att.id, reason=cmd.reason))
+            self._finish_run_if_done(run)
+        return Reply(ok=True, run_id=cmd.run_id)
+
+    def schedules(self, cmd: ScheduleAdd | ScheduleRemove) -> Reply:
+        with self.sessions.begin() as s:
+            existing = s.get(Schedule, cmd.name)
+            if isinstance(cmd, ScheduleRemove):
+                if existing is None:
+                    return Reply(ok=False, errors=(f"no schedule {cmd.name!r}",))
+                s.delete(existing)
+                log.info("schedule %s removed", cmd.name)
+                return Reply(ok=True)
+            problems = [] if existing is None else [Problem("name", f"schedule {cmd.name!r} exists (rm it first)")]
+            if not croniter.is_valid(cmd.cron):
+                problems.append(Problem("--cron", f"{cmd.cron!r} is not a cron expression (5 fields: "
+                                                  "minute hour day-of-month month day-of-week)"))
+            _suite, more = self.submission_problems(s, cmd.submit)
+            problems += more
+            if problems:
+                return Reply(ok=False, errors=tuple(str(p) for p in problems))
+            now = self.clock()
+            s.add(Schedule(name=cmd.name, cron=cmd.cron, expires_after_s=cmd.expires_after_s,
+                           submit=cmd.submit.model_dump(mode="json", exclude={"run_id", "reply_to", "not_before",
+                                                                               "expires_at"}),
+                           next_fire_at=next_fire(cmd.cron, now), created_at=now))
+            log.info("schedule %s added: %s", cmd.name, cmd.cron)
+            return Reply(ok=True)
+
+    def release(self, cmd: Release) -> Reply:
+        with self.sessions.begin() as s:
+            host = s.get(Host, cmd.host)
+            if host is None:
+                return Reply(ok=False, errors=(f"unknown host {cmd.host!r}",))
+            if cmd.device is not None and health.device_of(host, cmd.device) is None:
+                return Reply(ok=False, errors=(f"{cmd.device!r} is not a device of host {cmd.host}",))
+            released = health.release(host, cmd.device)
+            if not released:
+                return Reply(ok=False, errors=(f"nothing of {cmd.host}{':' + cmd.device if cmd.device else ''} "
+                                               "is quarantined",))
+            log.info("released from quarantine: %s", ", ".join(released), extra={"host": host.name})
+            return Reply(ok=True)
+
+    def fire_schedules(self) -> None:
+        """Queue a run for every schedule that is due; once per due time, however long the controller was away."""
+        now = self.clock()
+        with self.sessions.begin() as s:
+            for sch in s.scalars(select(Schedule).where(Schedule.next_fire_at <= now)):
+                run_id = new_run_id()
+                cmd = Submit.model_validate({**sch.submit, "run_id": run_id, "reply_to": "",
+                                             "expires_at": now + sch.expires_after_s if sch.expires_after_s else None})
+                reply = self._submit_in(s, cmd)
+                sch.last_fired_at, sch.next_fire_at = now, next_fire(sch.cron, now)
+                if reply.ok:
+                    sch.last_run_id, sch.last_error = run_id, ""
+                    log.info("schedule %s fired: run %s", sch.name, run_id, extra={"run": run_id})
+                else:
+                    sch.last_error = "; ".join(reply.errors)
+                    log.error("schedule %s could not submit: %s", sch.name, sch.last_error)
+
+    def pause_or_resume(self, cmd: Pause | Resume) -> Reply:
+        with self.sessions.begin() as s:
+            run = s.get(Run, cmd.run_id)
+            if run is None:
+                return Reply(ok=False, errors=(f"unknown run {cmd.run_id!r}",))
+            if isinstance(cmd, Pause):
+                if run.state not in (RunState.QUEUED, RunState.RUNNING):
+                    return Reply(ok=False, run_id=run.id, errors=(f"run {run.id} is {run.state}; only a queued or "
+                                                                  "running run can be paused",))
+                run.state = str(check_run(run.id, run.state, RunState.PAUSED))
+                log.info("run paused: the running step finishes, no new step starts",
+                         extra={"run": run.id, "host": run.host})
+            else:
+                if run.state != RunState.PAUSED:
+                    return Reply(ok=False, run_id=run.id, errors=(f"run {run.id} is {run.state}, not paused",))
+                target = RunState.RUNNING if run.started_at else RunState.QUEUED
+                run.state = str(check_run(run.id, run.state, target))
+                log.info("run resumed", extra={"run": run.id, "host": run.host})
+            return Reply(ok=True, run_id=run.id)
+
+    def notify(self) -> None:
+        """Deliver end notifications the store says are due (see orchestrator.notify)."""
+        if self.notifier is None or not self.notifier.enabled:
+            return
+        with self.sessions.begin() as s:
+            due = s.scalars(select(Run).where(Run.state.in_([str(x) for x in TERMINAL_RUN]),
+                                              Run.notified_at.is_(None)).limit(20)).all()
+            for run in due:
+                results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == run.id))}
+                try:
+                    self.notifier.send(payload(run, results))
+                except OSError as e:
+                    log.warning("notification of run %s failed (retried next pass): %s", run.id, e,
+                                extra={"run": run.id})
+                    return
+                run.notified_at = self.clock()

@@ -1,0 +1,123 @@
+"""Step kinds, controller side: what the controller does with a step of each kind.
+
+The controller's generic machinery (scheduling, attempts, retries, outcomes refused / timeout / cancelled /
+error, watchdogs) knows nothing of a kind; everything kind-specific is here, one module per kind, looked up
+by ``get(step.kind)``:
+
+- which step kinds it handles (``names``) and whether the controller runs it itself (``local``: a playbook),
+- the interlock operation of a step (``operation``: purge, op_mode, write, or None),
+- how long it may take (``expected_seconds``, before the controller's margin),
+- its start message (``start_message``),
+- which steps start together with it (``cohort``: a network cell starts all its hosts' steps in one pass),
+- how a successful end is stored (``store``: artifacts to Result rows or other tables, and what follows,
+  e.g. a precondition round deciding the next; raises :class:`KindFailure` when the output is unusable:
+  the attempt then ends as an error with that reason),
+- what follows any end (``after_end``: a failed precondition group is recorded, a network cell closes).
+
+Modules: :mod:`.fio` (measure, precondition), :mod:`.purge`, :mod:`.net`, :mod:`.local` (provision,
+dut_state, facts), :mod:`.app` (application workloads); :mod:`.common` holds what several share (the
+provenance of a result row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from labcontract.protocol import StartStep
+    from orchestrator.artifacts import ArtifactStore
+    from orchestrator.config import ControllerTuning
+    from orchestrator.store.models import Attempt, Run, Step
+
+
+class KindFailure(Exception):
+    """A successful exit whose output cannot be stored: the attempt ends as an error with this reason."""
+
+
+class KindContext(Protocol):
+    """What a kind may use of the controller."""
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def tuning(self) -> ControllerTuning: ...
+
+    @property
+    def artifacts(self) -> ArtifactStore: ...
+
+
+class StepKind(Protocol):
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The step kinds (``Step.kind``) it handles."""
+
+    @property
+    def local(self) -> bool:
+        """The controller runs it itself (a playbook), not an agent."""
+
+    @property
+    def lab_fs(self) -> bool:
+        """A filesystem signature on its devices may be the lab's own: the agent judges it, not the controller."""
+
+    def operation(self, step: Step) -> str | None:
+        """What the step does to its devices, for the interlock: purge, op_mode, write, or None."""
+
+    def expected_seconds(self, ctx: KindContext, step: Step) -> int:
+        """How long the step may take; the attempt's timeout adds the controller's margin."""
+
+    def start_message(self, ctx: KindContext, run: Run, step: Step, att: Attempt) -> StartStep:
+        """The start of ``att`` (also re-sent as is by the watchdog)."""
+
+    def cohort(self, run: Run, step: Step) -> list[Step]:
+        """The steps that start in the same pass as ``step`` (itself included, in start order)."""
+
+    def store(self, ctx: KindContext, s: Session, att: Attempt, stored: Mapping[str, bytes]) -> None:
+        """Store a successful end (``stored``: the attempt's artifacts by name); raise KindFailure if unusable."""
+
+    def after_end(self, ctx: KindContext, s: Session, att: Attempt) -> None:
+        """After any end of ``att`` (ended, failed, cancelled; its step may be retried)."""
+
+
+_KINDS: dict[str, StepKind] = {}
+
+
+def register(kind: StepKind) -> StepKind:
+    """Register ``kind`` for each of its names (a name registered twice is a programming error)."""
+    for name in kind.names:
+        if name in _KINDS and _KINDS[name] is not kind:
+            raise ValueError(f"step kind {name!r} is registered twice")
+        _KINDS[name] = kind
+    return kind
+
+
+def get(name: str) -> StepKind:
+    """The kind of a step; an unknown one raises LookupError naming the known ones."""
+    try:
+        return _KINDS[name]
+    except KeyError:
+        raise LookupError(f"no step kind {name!r} (known: {', '.join(sorted(_KINDS))})") from None
+
+
+def names() -> frozenset[str]:
+    return frozenset(_KINDS)
+
+
+def local_names() -> frozenset[str]:
+    """The kinds the controller runs itself."""
+    return frozenset(n for n, k in _KINDS.items() if k.local)
+
+
+def _register_builtin() -> None:
+    from orchestrator.kinds import app, fio, local, net, purge
+
+    for kind in (fio.KIND, purge.KIND, net.KIND, local.KIND, app.KIND):
+        register(kind)
+
+
+_register_builtin()
+
+__all__ = ["KindContext", "KindFailure", "StepKind", "get", "local_names", "names", "register"]

@@ -1,0 +1,109 @@
+"""fio steps on a host's DUTs: ``measure`` and ``precondition`` (rounds until steady state)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from labcontract import interlock
+from labcontract.errors import FioError
+from labcontract.fiojob import device_section, render_job
+from labcontract.fioresult import StepMetrics, latency_bins, parse_fio_groups
+from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
+from labcontract.protocol import StartStep
+from labcontract.suite import Workload
+from orchestrator import opmode, preconditioning
+from orchestrator.kinds import KindContext, KindFailure
+from orchestrator.kinds.common import BaseKind, ctx_of, generic_start, result_provenance, run_devices
+from orchestrator.states import StepState
+from orchestrator.store.models import Attempt, Result, Run, Step
+
+log = logging.getLogger("orchestrator.controller")
+
+
+class FioKind(BaseKind):
+    names = ("measure", "precondition")
+
+    def operation(self, step: Step) -> str | None:
+        rw = step.workload.get("rw") if step.workload else None
+        return interlock.destructive_operation("fio", rw)
+
+    def start_message(self, ctx: KindContext, run: Run, step: Step, att: Attempt) -> StartStep:
+        workload = Workload.model_validate(step.workload) if step.workload else None
+        if workload is not None and step.cell.get("op_mode", "stock") != "stock":
+            # an OP mode set on the device by dut_state: fio runs the cell's own footprint, not the emulation
+            workload, step.note = opmode.step_workload(run, step, ctx.artifacts.read)
+            if workload is not None:
+                step.job_text = render_job(workload, list(run_devices(run)))
+        live = step.kind == "precondition" or bool(step.workload and run.live)
+        return generic_start(ctx, run, step, att, action="fio", workload=workload,
+                             status_interval_s=1 if live else None)
+
+    def store(self, ctx: KindContext, s: Session, att: Attempt, stored: Mapping[str, bytes]) -> None:
+        try:
+            self._store(ctx, s, att, stored.get("fio.json", b""))
+        except FioError as e:
+            raise KindFailure(str(e)) from e
+
+    def _store(self, ctx: KindContext, s: Session, att: Attempt, raw: bytes) -> None:
+        """Parse fio's output and store the result; a precondition round also decides whether another
+        round follows."""
+        step, run = att.step, att.step.run
+        source = f"attempt {att.id} fio.json"
+        per_device: dict[str, Any] | None = None
+        # With --status-interval=1 (always for preconditioning; for every step of a live run) fio's output
+        # is a stream of cumulative reports, the last the final one; the step keeps its per-second series.
+        samples, metrics = parse_status_stream(raw, source=source)
+        series = series_summary(samples)
+        final = split_status_stream(raw, source=source)[-1]
+        devices = run_devices(run)
+        bins = latency_bins(final, source=source)
+        lat_hist: dict[str, Any] | None = dict(bins[0]) if bins else None
+        if len(devices) > 1:
+            groups = parse_fio_groups(final, source=source)
+            per_device = {}
+            for i, dev in enumerate(devices):
+                g = groups.get(device_section(step.name, i))
+                if g is None:
+                    raise FioError(f"no result for device {dev} (job {device_section(step.name, i)})", path=source)
+                per_device[dev] = g.model_dump(mode="json")
+            if bins and lat_hist is not None:
+                lat_hist["per_device"] = {dev: bins[1].get(device_section(step.name, i), {"read": [], "write": []})
+                                          for i, dev in enumerate(devices)}
+        s.add(fio_result(ctx, s, att, metrics, per_device=per_device, series=series, lat_hist=lat_hist))
+        if step.kind == "precondition":
+            nxt = preconditioning.after_round(s, run, step, metrics, ctx.clock())
+            if nxt is not None:
+                run.steps.append(nxt)
+                log.info("precondition round %d: not steady yet; round %d queued", step.round, nxt.round,
+                         extra=ctx_of(att))
+            else:
+                log.info("precondition done after round %d", step.round, extra=ctx_of(att))
+
+    def after_end(self, ctx: KindContext, s: Session, att: Attempt) -> None:
+        step = att.step
+        if step.kind == "precondition" and step.state == StepState.FAILED:
+            preconditioning.fail_group(s, step.run, step, att.reason, ctx.clock())
+
+
+def fio_result(ctx: KindContext, s: Session, att: Attempt, metrics: StepMetrics, *,
+               per_device: dict[str, Any] | None = None, series: dict[str, Any] | None = None,
+               lat_hist: dict[str, Any] | None = None) -> Result:
+    """The result row of a fio step, with its provenance."""
+    c, r, w = metrics.combined, metrics.read, metrics.write
+    return Result(attempt_id=att.id, step_id=att.step_id, run_id=att.step.run_id,
+                  kind="fio", tool="fio", tool_version=metrics.fio_version[:128],
+                  throughput=c.iops, throughput_unit="IOPS",
+                  read_iops=r.iops, write_iops=w.iops, iops=c.iops, read_bw_bytes=r.bw_bytes,
+                  write_bw_bytes=w.bw_bytes, bw_bytes=c.bw_bytes, lat_mean_ns=c.lat_mean_ns,
+                  lat_max_ns=c.lat_max_ns, lat_stddev_ns=c.lat_stddev_ns,
+                  lat_p99_ns=c.percentiles_ns.get("p99"), runtime_ms=metrics.runtime_ms,
+                  fio_version=metrics.fio_version, metrics=metrics.model_dump(mode="json"),
+                  per_device=per_device, series=series, lat_hist=lat_hist,
+                  provenance=result_provenance(ctx, s, att), created_at=ctx.clock())
+
+
+KIND = FioKind()
