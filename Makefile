@@ -29,11 +29,12 @@ lint: $(VENV)/.dev-installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-bench: system-deps $(VENV)/.installed
+bench: system-test-deps $(VENV)/.installed
 	$(PY) -m bench.overhead
 	$(PY) -m bench.pattern125
 	$(PY) -m bench.telemetry
 	$(PY) -m bench.report
+	$(PY) -m bench.apps
 
 system-deps:
 	@scripts/ensure-packages $(DEMO_PKGS)

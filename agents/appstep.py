@@ -36,12 +36,13 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from agents.apps import DRIVERS, AppContext, AppDriver, AppError, AppSpec, Cancelled, external
+from agents.apps import DRIVERS, AppContext, AppDriver, AppSpec, Cancelled, external
 from agents.apps import fs as fsmod
 from agents.apps.cleanup import STATE_FILE, release
 from agents.apps.external import validation_reason
 from agents.apps.proc import start_ticks
 from labcontract.apps import AppResult
+from labcontract.errors import AppStepError
 
 SPEC_MAX_BYTES = 1 << 20
 log = logging.getLogger("appstep")
@@ -103,13 +104,13 @@ def load_spec(path: Path) -> AppSpec:
         with path.open("rb") as f:
             data = f.read(SPEC_MAX_BYTES + 1)
     except OSError as e:
-        raise AppError(f"cannot read the spec {path}: {e.strerror}") from None
+        raise AppStepError(f"cannot read the spec {path}: {e.strerror}") from None
     if len(data) > SPEC_MAX_BYTES:
-        raise AppError(f"the spec {path} exceeds {SPEC_MAX_BYTES} bytes")
+        raise AppStepError(f"the spec {path} exceeds {SPEC_MAX_BYTES} bytes")
     try:
         return AppSpec.model_validate_json(data)
     except ValidationError as e:
-        raise AppError(f"invalid app spec: {validation_reason(e)}") from None
+        raise AppStepError(f"invalid app spec: {validation_reason(e)}") from None
 
 
 def db_step(spec: AppSpec, ctx: AppContext, state: State) -> AppResult:
@@ -122,14 +123,14 @@ def db_step(spec: AppSpec, ctx: AppContext, state: State) -> AppResult:
     fs = str(params.filesystem)
     marker = fsmod.marker_path(state_dir, dut)
     if (why := fsmod.in_use(dut)) is not None:
-        raise AppError(why)
+        raise AppStepError(why)
     if spec.app.phase == "prepare":
         marker.unlink(missing_ok=True)
         argv = fsmod.mkfs(dut, fs, spec.app.fs_size_bytes)
         log.info("made %s on %s: %s", fs, dut.path, " ".join(argv))
         uuid = fsmod.fs_uuid(dut.path)
         if uuid is None:
-            raise AppError(f"no filesystem UUID on {dut.path} after mkfs")
+            raise AppStepError(f"no filesystem UUID on {dut.path} after mkfs")
         mark: dict[str, Any] = {"uuid": uuid, "fs": fs, "run_id": spec.run_id, "attempt_id": spec.attempt_id,
                                 "kind": spec.app.kind, "fs_size_bytes": spec.app.fs_size_bytes,
                                 "made_at": datetime.datetime.now(datetime.UTC).isoformat(), "loaded": False}
@@ -138,7 +139,7 @@ def db_step(spec: AppSpec, ctx: AppContext, state: State) -> AppResult:
         mark = fsmod.check_prepared(state_dir, dut, spec.run_id, spec.app.kind)
         fs = str(mark.get("fs", fs))
         if fs not in ("ext4", "xfs"):          # the marker is a file: what reaches mount -t is checked
-            raise AppError(f"the marker of DUT {dut.name} names filesystem {fs[:32]!r}, not ext4 or xfs")
+            raise AppStepError(f"the marker of DUT {dut.name} names filesystem {fs[:32]!r}, not ext4 or xfs")
     if spec.mount_root is not None:       # traversable by the DB server's own OS user
         make_mountpoint(Path(spec.mount_root), ctx.mountpoint)
     state.set_mount(ctx.mountpoint, dut.path)
@@ -152,7 +153,7 @@ def db_step(spec: AppSpec, ctx: AppContext, state: State) -> AppResult:
         if not fsmod.mounted(ctx.mountpoint):
             state.set_mount(None, None)
     if fsmod.mounted(ctx.mountpoint) or "lazily" in what:      # something still held the filesystem
-        raise AppError(f"cannot unmount the DUT cleanly: {what}")
+        raise AppStepError(f"cannot unmount the DUT cleanly: {what}")
     if spec.mount_root is not None:
         with contextlib.suppress(OSError):
             ctx.mountpoint.rmdir()
@@ -168,13 +169,13 @@ def make_mountpoint(root: Path, mountpoint: Path) -> None:
     root.mkdir(mode=0o755, parents=True, exist_ok=True)
     st = root.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise AppError(f"the mount root {root} must be a directory of uid {os.geteuid()} that only it may write "
+        raise AppStepError(f"the mount root {root} must be a directory of uid {os.geteuid()} that only it may write "
                        f"(it is mode {stat.S_IMODE(st.st_mode):04o}, uid {st.st_uid})")
     try:
         mountpoint.mkdir(mode=0o755)
     except FileExistsError:
         if mountpoint.is_symlink() or not mountpoint.is_dir() or any(mountpoint.iterdir()):
-            raise AppError(f"the mountpoint {mountpoint} exists and is not an empty directory") from None
+            raise AppStepError(f"the mountpoint {mountpoint} exists and is not an empty directory") from None
 
 
 def step(spec: AppSpec, ctx: AppContext, state: State) -> AppResult:
@@ -214,7 +215,7 @@ def main(argv: list[str]) -> int:
         log.info("done: %s", {k: round(v, 3) for k, v in list(result.metrics.items())[:12]})
     except Cancelled:
         reason = "cancelled"
-    except AppError as e:
+    except AppStepError as e:
         reason = str(e)
     except ValidationError as e:
         reason = f"invalid result: {validation_reason(e)}"

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from labcontract.fioresult import parse_fio_output
 from labcontract.suite import Suite
 from labcontract.transport import redis_client
-from orchestrator.client import ControllerClient
-from orchestrator.lab import Dut, Lab, wait_for
+from orchestrator.labctl.client import ControllerClient
+from orchestrator.labs.lab import Dut, Lab, wait_for
 from orchestrator.queries import RunDetail, run_detail
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host

@@ -60,8 +60,8 @@ from labcontract.transport import redis_client
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.controller import Controller
-from orchestrator.dispatch import Dispatcher
-from orchestrator.lab import Lab, wait_for
+from orchestrator.controller.dispatch import Dispatcher
+from orchestrator.labs.lab import Lab, wait_for
 from orchestrator.store.db import make_engine, migrate, sessions
 from orchestrator.store.models import Run
 

@@ -9,6 +9,8 @@
      ├── ProtocolError            a message of the wrong shape or protocol version
      ├── DeviceRefused            an agent refuses a device it has not declared
      ├── FioError                 fio could not be run, or its output could not be read
+ ├── StepOutputError          a step exited 0 but its output cannot be stored (the attempt ends as an error)
+ ├── AppStepError             an application step (database, sysbench, pgbench, external) cannot go on
      ├── StoreError               the results store
      │    └── InvalidTransition   a state-machine transition that is not allowed
      ├── ReportError              runs that cannot be reported, compared or exported as asked
@@ -91,6 +93,15 @@ class FioError(LabError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         self.path = path
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class StepOutputError(LabError):
+    """A successful exit whose output cannot be stored: the attempt ends as an error with this reason."""
+
+
+class AppStepError(LabError):
+    """An application step cannot go on (a server that does not start, a tool that fails, a DUT not prepared):
+    the message is the one-line reason the step ends with."""
 
 
 class StoreError(LabError):

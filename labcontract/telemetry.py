@@ -90,7 +90,7 @@ CTRL_AGENT_HEARTBEAT_AGE = Metric("lab_controller_agent_heartbeat_age_seconds", 
                                   "Seconds since the controller last heard from the host")
 CTRL_RESERVATIONS = Metric("lab_controller_reservations", "gauge", (),
                            "Devices held by running runs")
-# transient faults (orchestrator/transient.py): the loop waits them out instead of exiting
+# transient faults (orchestrator/controller/transient.py): the loop waits them out instead of exiting
 CTRL_DEGRADED = Metric("lab_controller_degraded", "gauge", ("kind",),
                        "1 while the controller waits out a transient fault of its store or broker (kind)")
 CTRL_TRANSIENT_FAULTS = Metric("lab_controller_transient_faults", "counter", ("kind",),

@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from labcontract.protocol import COMMANDS_STREAM, EVENTS_STREAM_PREFIX
 from labcontract.suite import parse_suite
 from labcontract.transport import redis_client
-from orchestrator.client import ControllerClient
-from orchestrator.lab import Dut, Lab, Proc, TlsFiles, wait_for
+from orchestrator.labctl.client import ControllerClient
+from orchestrator.labs.lab import Dut, Lab, Proc, TlsFiles, wait_for
 from orchestrator.queries import RunDetail, run_detail
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.store.db import make_engine, sessions
@@ -132,7 +132,7 @@ class LabHandle:
         self.controller = self.lab.start_controller(self.store_url)
 
     def labctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "orchestrator.cli", "--lab-dir", str(self.lab.root), "--broker",
+        argv = [sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(self.lab.root), "--broker",
                 self.lab.labctl_url or self.broker, "--store", self.store_url, *args]   # as ACL user labctl
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=check)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from orchestrator.lab import free_port
+from orchestrator.labs.lab import free_port
 
 PG_GLOB = "/usr/lib/postgresql/*/bin"
 PG_OS_USER = "postgres"

@@ -14,7 +14,7 @@ namespaces (``ip netns pids``), the veths and namespaces by name, the keys with 
 directory. Needs root and iproute2, openssh-server and openssh-client.
 
 ``ansible_inventory()`` writes an Ansible inventory of the hosts (reusable for any playbook
-of the project), ``fleet_hosts()`` the ``FleetHost`` list of ``orchestrator.fleet``.
+of the project), ``fleet_hosts()`` the ``FleetHost`` list of ``orchestrator.labctl.fleet``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.fleet import FleetHost
-from orchestrator.lab import wait_for
+from orchestrator.labctl.fleet import FleetHost
+from orchestrator.labs.lab import wait_for
 
 NETWORK = ipaddress.IPv4Network("198.18.64.0/20")
 SSHD = "/usr/sbin/sshd"
@@ -139,7 +139,7 @@ class SshHosts:
         return f"{host.name}={USER}@{host.address}:22"
 
     def fleet_hosts(self, **overrides: Any) -> list[FleetHost]:
-        """The hosts as ``orchestrator.fleet`` reaches them; ``overrides`` replace any field."""
+        """The hosts as ``orchestrator.labctl.fleet`` reaches them; ``overrides`` replace any field."""
         return [replace(FleetHost(name=h.name, address=h.address, user=USER, port=22, key=self.key,
                                   known_hosts=self.known_hosts, state_dir=str(h.state_dir),
                                   log_path=str(h.log_path), journal_unit=None), **overrides) for h in self.hosts]

@@ -118,10 +118,6 @@ class Cancelled(Exception):
     """SIGTERM / SIGINT: the step stops, releasing what it holds."""
 
 
-class AppError(Exception):
-    """The step cannot go on; the message is the one-line reason."""
-
-
 @dataclass
 class AppContext:
     """What a driver gets. ``mountpoint`` is mounted (the DUT's filesystem) when the driver is called."""

@@ -19,10 +19,11 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from agents.apps import AppContext, AppError, ExternalSpec
+from agents.apps import AppContext, ExternalSpec
 from agents.apps.fs import in_use
 from agents.apps.proc import TOOL_OUT_MAX, bound_file, start_ticks, tail
 from labcontract.apps import APP_RESULT_MAX_BYTES, AppResult
+from labcontract.errors import AppStepError
 
 KILL_GRACE_S = 10.0
 POLL_S = 0.2
@@ -66,13 +67,13 @@ def read_result(path: os.PathLike[str] | str) -> AppResult:
         with open(path, "rb") as f:
             data = f.read(APP_RESULT_MAX_BYTES + 1)
     except OSError as e:
-        raise AppError(f"the external workload wrote no result ({e.strerror}: {path})") from None
+        raise AppStepError(f"the external workload wrote no result ({e.strerror}: {path})") from None
     if len(data) > APP_RESULT_MAX_BYTES:
-        raise AppError(f"the external workload's result exceeds {APP_RESULT_MAX_BYTES} bytes")
+        raise AppStepError(f"the external workload's result exceeds {APP_RESULT_MAX_BYTES} bytes")
     try:
         return AppResult.model_validate_json(data)
     except ValidationError as e:
-        raise AppError(f"the external workload's result is not valid: {validation_reason(e)}") from None
+        raise AppStepError(f"the external workload's result is not valid: {validation_reason(e)}") from None
 
 
 def run(ctx: AppContext, ext: ExternalSpec, on_group: Callable[[int, int], None],
@@ -82,7 +83,7 @@ def run(ctx: AppContext, ext: ExternalSpec, on_group: Callable[[int, int], None]
     if ext.destructive:
         for d in spec.duts:
             if (why := in_use(d)) is not None:
-                raise AppError(why)
+                raise AppStepError(why)
     params = spec.app.external.params if spec.app.external is not None else {}
     params_file = ctx.cwd / "params.json"
     params_file.write_text(json.dumps(params))
@@ -105,7 +106,7 @@ def run(ctx: AppContext, ext: ExternalSpec, on_group: Callable[[int, int], None]
         while proc.poll() is None:
             if time.monotonic() >= end:
                 _stop(proc)
-                raise AppError(f"external workload {ext.name} ran past its timeout of {ext.timeout_s} s: killed")
+                raise AppStepError(f"external workload {ext.name} ran past its timeout of {ext.timeout_s} s: killed")
             if ctx.stop.is_set():
                 break
             time.sleep(POLL_S)
@@ -117,7 +118,7 @@ def run(ctx: AppContext, ext: ExternalSpec, on_group: Callable[[int, int], None]
         on_group_gone(proc.pid)
         bound_file(ctx.tool_out, TOOL_OUT_MAX)
     if proc.returncode != 0:
-        raise AppError(f"external workload {ext.name} failed (exit {proc.returncode}): {tail(ctx.tool_out, 4)}")
+        raise AppStepError(f"external workload {ext.name} failed (exit {proc.returncode}): {tail(ctx.tool_out, 4)}")
     res = read_result(result_file)
     if res.seconds == 0.0:
         res = res.model_copy(update={"seconds": round(time.monotonic() - t0, 3)})

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.apps import AppError, DutSpec
+from agents.apps import DutSpec
+from labcontract.errors import AppStepError
 
 TOOL_TIMEOUT_S = 120           # blkid, losetup, umount: a dead device never hangs the step or the agent
 
@@ -107,17 +108,17 @@ def _run(argv: list[str], what: str, timeout_s: float = 3600) -> str:
     try:
         res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise AppError(f"{what}: {e}") from None
+        raise AppStepError(f"{what}: {e}") from None
     if res.returncode != 0:
         msg = " | ".join((res.stderr or res.stdout).strip().splitlines()[-4:])
-        raise AppError(f"{what} failed (exit {res.returncode}): {msg}")
+        raise AppStepError(f"{what} failed (exit {res.returncode}): {msg}")
     return res.stdout
 
 
 def mkfs(dut: DutSpec, fs: str, size_bytes: int | None) -> list[str]:
     """Make ``fs`` on the DUT (its first ``size_bytes`` when given), without discarding. Returns the argv."""
     if size_bytes is not None and dut.size_bytes and size_bytes > dut.size_bytes:
-        raise AppError(f"the filesystem size {size_bytes} exceeds DUT {dut.name}'s {dut.size_bytes} bytes")
+        raise AppStepError(f"the filesystem size {size_bytes} exceeds DUT {dut.name}'s {dut.size_bytes} bytes")
     if fs == "ext4":
         # inode tables and journal zeroed now: ext4lazyinit would write to the DUT while it is measured
         argv = ["mkfs.ext4", "-F", "-q", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0", dut.path]
@@ -129,7 +130,7 @@ def mkfs(dut: DutSpec, fs: str, size_bytes: int | None) -> list[str]:
             argv += ["-d", f"size={size_bytes // 4096 * 4096}"]
         argv.append(dut.path)
     else:
-        raise AppError(f"unknown filesystem {fs!r}")
+        raise AppStepError(f"unknown filesystem {fs!r}")
     _run(argv, f"mkfs on {dut.path}")
     return argv
 
@@ -168,19 +169,19 @@ def read_marker(state_dir: Path, dut: DutSpec) -> dict[str, Any] | None:
 
 
 def check_prepared(state_dir: Path, dut: DutSpec, run_id: str, kind: str) -> dict[str, Any]:
-    """The marker, if the DUT holds the filesystem this run's prepare made and loaded; AppError otherwise."""
+    """The marker, if the DUT holds the filesystem this run's prepare made and loaded; AppStepError otherwise."""
     m = read_marker(state_dir, dut)
     if m is None:
-        raise AppError(f"{NOT_PREPARED} (DUT {dut.name}: no marker)")
+        raise AppStepError(f"{NOT_PREPARED} (DUT {dut.name}: no marker)")
     if m.get("run_id") != run_id:
-        raise AppError(f"{NOT_PREPARED} (DUT {dut.name}: prepared by run {m.get('run_id')!r})")
+        raise AppStepError(f"{NOT_PREPARED} (DUT {dut.name}: prepared by run {m.get('run_id')!r})")
     if m.get("kind") != kind:
-        raise AppError(f"{NOT_PREPARED} (DUT {dut.name}: prepared for {m.get('kind')!r}, not {kind})")
+        raise AppStepError(f"{NOT_PREPARED} (DUT {dut.name}: prepared for {m.get('kind')!r}, not {kind})")
     uuid = fs_uuid(dut.path)
     if uuid is None or uuid != m.get("uuid"):
-        raise AppError(f"{NOT_PREPARED} (DUT {dut.name}: filesystem UUID {uuid}, the prepare made {m.get('uuid')})")
+        raise AppStepError(f"{NOT_PREPARED} (DUT {dut.name}: filesystem UUID {uuid}, the prepare made {m.get('uuid')})")
     if not m.get("loaded"):
-        raise AppError(f"{NOT_PREPARED} (DUT {dut.name}: its prepare step did not finish)")
+        raise AppStepError(f"{NOT_PREPARED} (DUT {dut.name}: its prepare step did not finish)")
     return m
 
 

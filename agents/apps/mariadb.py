@@ -12,9 +12,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.apps import AppContext, AppError
+from agents.apps import AppContext
 from agents.apps.proc import TOOL_OUT_MAX, bound_file, socket_connectable, start_ticks, tail, wait_for
 from labcontract.apps import SysbenchParams
+from labcontract.errors import AppStepError
 
 START_TIMEOUT_S = 300.0
 STOP_GRACE_S = 300.0       # InnoDB flushes its buffer pool on a clean shutdown
@@ -33,7 +34,7 @@ class MariaServer:
 def find_binary(configured: str | None, name: str, fallbacks: tuple[str, ...] = ()) -> str:
     if configured:
         if not os.access(configured, os.X_OK):
-            raise AppError(f"{name}: {configured} is not executable")
+            raise AppStepError(f"{name}: {configured} is not executable")
         return configured
     found = shutil.which(name)
     if found:
@@ -41,7 +42,7 @@ def find_binary(configured: str | None, name: str, fallbacks: tuple[str, ...] = 
     for f in fallbacks:
         if os.access(f, os.X_OK):
             return f
-    raise AppError(f"{name} is not installed (not on PATH; set its path in the agent's configuration)")
+    raise AppStepError(f"{name} is not installed (not on PATH; set its path in the agent's configuration)")
 
 
 def mariadbd_path(ctx: AppContext) -> str:
@@ -74,7 +75,7 @@ def install_db(ctx: AppContext, datadir: Path) -> None:
     with ctx.server_log.open("ab") as log:
         res = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=1800)
     if res.returncode != 0:
-        raise AppError(f"mariadb-install-db failed (exit {res.returncode}): {tail(ctx.server_log, 6)}")
+        raise AppStepError(f"mariadb-install-db failed (exit {res.returncode}): {tail(ctx.server_log, 6)}")
 
 
 def socket_path(ctx: AppContext) -> Path:
@@ -119,7 +120,7 @@ def start(ctx: AppContext, p: SysbenchParams, datadir: Path) -> MariaServer:
                  what="mariadbd accepting connections")
     except (RuntimeError, TimeoutError) as e:
         stop(ctx, srv)
-        raise AppError(str(e)) from None
+        raise AppStepError(str(e)) from None
     ctx.log.info("mariadbd %d ready on %s", proc.pid, sock)
     return srv
 

@@ -35,10 +35,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.apps import AppContext, AppError, Cancelled
+from agents.apps import AppContext, Cancelled
 from agents.apps import postgres as pg
 from agents.apps.proc import run_tool
 from labcontract.apps import MAX_SERIES_POINTS, AppResult, PgbenchParams
+from labcontract.errors import AppStepError
 
 PROGRESS_RE = re.compile(r"^progress:\s+(?P<t>[\d.]+)\s+s,\s+(?P<tps>[\d.]+)\s+tps,\s+lat\s+(?P<lat>\S+)\s+ms"
                          r"(?:\s+stddev\s+(?P<sd>[^,\s]+))?(?:.*?(?P<failed>\d+)\s+failed)?")
@@ -269,12 +270,12 @@ def _bindir(ctx: AppContext) -> Path:
 def _pgbench(ctx: AppContext, bindir: Path) -> str:
     if ctx.binaries.pgbench:
         if not os.access(ctx.binaries.pgbench, os.X_OK):
-            raise AppError(f"pgbench: {ctx.binaries.pgbench} is not executable")
+            raise AppStepError(f"pgbench: {ctx.binaries.pgbench} is not executable")
         return ctx.binaries.pgbench
     for cand in (bindir / "pgbench", Path("/usr/bin/pgbench")):
         if os.access(cand, os.X_OK):
             return str(cand)
-    raise AppError("pgbench is not installed (install postgresql-contrib / postgresql-client, or set its path)")
+    raise AppStepError("pgbench is not installed (install postgresql-contrib / postgresql-client, or set its path)")
 
 
 def _versions(tool: str, bindir: Path) -> tuple[str, str]:
@@ -299,7 +300,7 @@ def prepare(ctx: AppContext, p: PgbenchParams) -> AppResult:
         if ctx.stop.is_set():
             raise Cancelled()
         if rc != 0:
-            raise AppError(failure_reason(out, rc).replace("pgbench failed", "pgbench -i failed", 1))
+            raise AppStepError(failure_reason(out, rc).replace("pgbench failed", "pgbench -i failed", 1))
         pg.psql(ctx, bindir, srv, pg.DATABASE, "CHECKPOINT")
         t_load = time.monotonic() - t1
     tool_version, server_version = _versions(tool, bindir)
@@ -334,7 +335,7 @@ def run(ctx: AppContext, p: PgbenchParams, point: int) -> AppResult:
             if ctx.stop.is_set():
                 raise Cancelled()
             if rc != 0:
-                raise AppError("warm-up: " + failure_reason(out, rc))
+                raise AppStepError("warm-up: " + failure_reason(out, rc))
 
         def on_line(line: str) -> None:
             if (pr := parse_progress(line)) is not None:
@@ -349,12 +350,12 @@ def run(ctx: AppContext, p: PgbenchParams, point: int) -> AppResult:
         if ctx.stop.is_set():
             raise Cancelled()
         if rc != 0:
-            raise AppError(failure_reason(out, rc))
+            raise AppStepError(failure_reason(out, rc))
         if srv.proc.poll() is not None:
-            raise AppError(f"postgres exited ({srv.proc.returncode}) during the measurement")
+            raise AppStepError(f"postgres exited ({srv.proc.returncode}) during the measurement")
     summary = parse_summary(out)
     if "tps" not in summary:
-        raise AppError("the pgbench output holds no final report: " + failure_reason(out, rc))
+        raise AppStepError("the pgbench output holds no final report: " + failure_reason(out, rc))
     logs = list(ctx.cwd.glob(LOG_PREFIX + ".*"))
     try:
         txlog = read_txlogs(logs, p.time)
@@ -362,7 +363,7 @@ def run(ctx: AppContext, p: PgbenchParams, point: int) -> AppResult:
         for f in logs:
             f.unlink(missing_ok=True)
     if txlog.hist.count == 0:
-        raise AppError(f"pgbench wrote no per-transaction log ({len(logs)} files under {prefix}.*)")
+        raise AppStepError(f"pgbench wrote no per-transaction log ({len(logs)} files under {prefix}.*)")
     metrics, series = figures(summary, txlog, p.time)
     metrics["seconds"] = float(p.time)
     metrics["step_s"] = time.monotonic() - t0          # start, warm-up, measure, stop

@@ -29,8 +29,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.apps import AppContext, AppError, Cancelled
+from agents.apps import AppContext, Cancelled
 from agents.apps.proc import TOOL_OUT_MAX, bound_file, free_port, run_tool, start_ticks, tail, wait_for
+from labcontract.errors import AppStepError
 
 PG_GLOB = "usr/lib/postgresql/*/bin"
 PG_OS_USER = "postgres"
@@ -80,11 +81,11 @@ def find_bindir(configured: str | None) -> Path:
         d = Path(configured)
         missing = [x for x in need if not os.access(d / x, os.X_OK)]
         if missing:
-            raise AppError(f"pg_bin_dir {configured}: {', '.join(missing)} missing or not executable")
+            raise AppStepError(f"pg_bin_dir {configured}: {', '.join(missing)} missing or not executable")
         return d
     found = [d for d in Path("/").glob(PG_GLOB) if all(os.access(d / x, os.X_OK) for x in need)]
     if not found:
-        raise AppError(f"the PostgreSQL server is not installed (no /{PG_GLOB} with {', '.join(need)}; "
+        raise AppStepError(f"the PostgreSQL server is not installed (no /{PG_GLOB} with {', '.join(need)}; "
                        "install the postgresql package or set pg_bin_dir in the agent's configuration)")
     return max(found, key=_version_key)
 
@@ -114,7 +115,7 @@ def _pg_user() -> pwd.struct_passwd | None:
     try:
         return pwd.getpwnam(PG_OS_USER)
     except KeyError:
-        raise AppError(f"running as root, but there is no {PG_OS_USER!r} OS user to run PostgreSQL as "
+        raise AppStepError(f"running as root, but there is no {PG_OS_USER!r} OS user to run PostgreSQL as "
                        "(install the postgresql package, which creates it)") from None
 
 
@@ -139,11 +140,11 @@ def _check_reachable(path: Path, user: pwd.struct_passwd | None) -> None:
         try:
             st = d.stat()
         except OSError as e:
-            raise AppError(f"cannot stat {d}: {e.strerror}") from None
+            raise AppStepError(f"cannot stat {d}: {e.strerror}") from None
         ok = (st.st_mode & 0o001 or (st.st_uid == user.pw_uid and st.st_mode & 0o100)
               or (st.st_gid == user.pw_gid and st.st_mode & 0o010))
         if not ok:
-            raise AppError(f"the {user.pw_name} OS user cannot reach {path}: {d} is mode "
+            raise AppStepError(f"the {user.pw_name} OS user cannot reach {path}: {d} is mode "
                            f"{st.st_mode & 0o7777:04o} owned by uid {st.st_uid} (it needs o+x)")
 
 
@@ -181,10 +182,10 @@ def initdb(ctx: AppContext, bindir: Path, datadir: Path) -> None:
     try:
         res = _pg_run(argv, user, ctx.server_log, INITDB_TIMEOUT_S, datadir)
     except subprocess.TimeoutExpired:
-        raise AppError(f"initdb did not finish within {INITDB_TIMEOUT_S:.0f} s") from None
+        raise AppStepError(f"initdb did not finish within {INITDB_TIMEOUT_S:.0f} s") from None
     bound_file(ctx.server_log, TOOL_OUT_MAX)
     if res.returncode != 0:
-        raise AppError(f"initdb failed (exit {res.returncode}): {tail(ctx.server_log, 6)}")
+        raise AppStepError(f"initdb failed (exit {res.returncode}): {tail(ctx.server_log, 6)}")
 
 
 def _sockdir(ctx: AppContext, user: pwd.struct_passwd | None, port: int) -> tuple[Path, bool]:
@@ -198,7 +199,7 @@ def _sockdir(ctx: AppContext, user: pwd.struct_passwd | None, port: int) -> tupl
         try:
             _check_reachable(d, user)
             return d, False
-        except AppError:
+        except AppStepError:
             shutil.rmtree(d, ignore_errors=True)
     d = Path(tempfile.mkdtemp(prefix="sl-pg-"))
     _own(d, user)
@@ -229,7 +230,7 @@ def start(ctx: AppContext, bindir: Path, datadir: Path, *, shared_buffers_mb: in
     """Start ``postgres`` on ``datadir`` in its own session, record it (``ctx.on_server``) and wait until it accepts
     connections; fails fast with the server log's last lines if it exits (bad configuration, no memory)."""
     if not (datadir / "PG_VERSION").is_file():
-        raise AppError(f"{datadir} holds no PostgreSQL cluster (was the prepare step run on this DUT?)")
+        raise AppStepError(f"{datadir} holds no PostgreSQL cluster (was the prepare step run on this DUT?)")
     user = _pg_user()
     _check_reachable(datadir, user)
     port = free_port()          # no TCP listener: the port only names the socket (.s.PGSQL.<port>)
@@ -260,7 +261,7 @@ def start(ctx: AppContext, bindir: Path, datadir: Path, *, shared_buffers_mb: in
         stop(ctx, srv)
         if ctx.stop.is_set():
             raise Cancelled() from None
-        raise AppError(str(e)) from None
+        raise AppStepError(str(e)) from None
     ctx.log.info("postgres %d ready on %s (port %d)", proc.pid, sockdir, port)
     return srv
 
@@ -302,7 +303,7 @@ def running(ctx: AppContext, bindir: Path, datadir: Path, *, shared_buffers_mb: 
 
 def psql(ctx: AppContext, bindir: Path, srv: PgServer, database: str, sql: str, timeout_s: float = PSQL_TIMEOUT_S
          ) -> None:
-    """One fixed SQL command (never built from input) through ``psql``; AppError with its output on failure."""
+    """One fixed SQL command (never built from input) through ``psql``; AppStepError with its output on failure."""
     argv = [str(bindir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", *srv.conn_args(), "-d", database,
             "-c", sql]
     rc, out = run_tool(argv, ctx.tool_out, timeout_s=timeout_s, stop=ctx.stop, env=clean_env())
@@ -310,4 +311,4 @@ def psql(ctx: AppContext, bindir: Path, srv: PgServer, database: str, sql: str, 
         raise Cancelled()
     if rc != 0:
         last = " | ".join(x.strip() for x in out.splitlines()[-6:] if x.strip())
-        raise AppError(f"psql {sql!r} failed (exit {rc}): {last}")
+        raise AppStepError(f"psql {sql!r} failed (exit {rc}): {last}")

@@ -27,10 +27,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agents.apps import AppContext, AppError
+from agents.apps import AppContext
 from agents.apps import mariadb as db
 from agents.apps.proc import run_tool
 from labcontract.apps import MAX_SERIES_POINTS, AppResult, SysbenchParams
+from labcontract.errors import AppStepError
 
 INTERVAL_RE = re.compile(
     r"^\[\s*(?P<t>\d+)s\s*\]\s+thds:\s*(?P<thds>\d+)\s+tps:\s*(?P<tps>[\d.]+)\s+qps:\s*(?P<qps>[\d.]+)"
@@ -109,7 +110,7 @@ def histogram_percentile(hist: list[tuple[float, int]], pct: float) -> float | N
 
 
 def parse_run(text: str, intervals: list[Interval] | None = None) -> RunFigures:
-    """The figures of a ``sysbench ... run`` output (see the module's doc). AppError if it holds no final report.
+    """The figures of a ``sysbench ... run`` output (see the module's doc). AppStepError if it holds no final report.
     ``intervals``: the report-interval lines as read while the tool ran (the series then come from them, not from
     ``text``, which may be only the output's tail)."""
     fig = RunFigures()
@@ -140,7 +141,7 @@ def parse_run(text: str, intervals: list[Interval] | None = None) -> RunFigures:
             series[k].append(v)
         threads = iv.threads
     if "tps" not in fig.metrics or "avg" not in lat:
-        raise AppError("the sysbench output holds no final report")
+        raise AppStepError("the sysbench output holds no final report")
     fig.metrics.update(lat_avg_ms=lat["avg"], lat_min_ms=lat.get("min", 0.0), lat_max_ms=lat.get("max", 0.0))
     fig.histogram = parse_histogram(text)
     p95 = histogram_percentile(fig.histogram, 95)
@@ -195,7 +196,7 @@ def prepare(ctx: AppContext, p: SysbenchParams) -> AppResult:
         threads = min(p.tables, PREPARE_THREADS_MAX)
         rc, out = run_tool(_argv(ctx, p, srv, f"--threads={threads}", "prepare"), ctx.tool_out, stop=ctx.stop)
         if rc != 0:
-            raise AppError(failure_reason(out, rc))
+            raise AppStepError(failure_reason(out, rc))
         t_load = time.monotonic() - t1
     return AppResult(tool="sysbench", tool_version=tool_version(_binary(ctx)), server_version=db.server_version(ctx),
                      metrics={"prepare_s": time.monotonic() - t0, "init_s": t_init, "load_s": t_load,
@@ -207,14 +208,14 @@ def run(ctx: AppContext, p: SysbenchParams, point: int) -> AppResult:
     """Start the server on the prepared data, warm up, measure ``point`` threads for ``p.time`` s, stop it."""
     datadir = _datadir(ctx)
     if not (datadir / db.DATABASE).is_dir():
-        raise AppError(f"the prepared datadir {datadir} holds no database {db.DATABASE}")
+        raise AppStepError(f"the prepared datadir {datadir} holds no database {db.DATABASE}")
     with db.running(ctx, p, datadir) as srv:
         if p.warmup > 0:
             ctx.log.info("warming up: %d s at %d threads", p.warmup, point)
             rc, out = run_tool(_argv(ctx, p, srv, f"--threads={point}", f"--time={p.warmup}", "run"), ctx.tool_out,
                                stop=ctx.stop)
             if rc != 0:
-                raise AppError("warm-up: " + failure_reason(out, rc))
+                raise AppStepError("warm-up: " + failure_reason(out, rc))
 
         intervals: list[Interval] = []
 
@@ -230,9 +231,9 @@ def run(ctx: AppContext, p: SysbenchParams, point: int) -> AppResult:
                                  "--histogram=on", "--percentile=99", "run"),
                            ctx.tool_out, on_line=on_line, stop=ctx.stop, timeout_s=p.time + 600)
         if rc != 0:
-            raise AppError(failure_reason(out, rc))
+            raise AppStepError(failure_reason(out, rc))
         if srv.proc.poll() is not None:
-            raise AppError(f"mariadbd exited ({srv.proc.returncode}) during the measurement")
+            raise AppStepError(f"mariadbd exited ({srv.proc.returncode}) during the measurement")
     fig = parse_run(out, intervals)
     fig.metrics["threads"] = float(point)
     return AppResult(tool="sysbench", tool_version=tool_version(_binary(ctx)), server_version=db.server_version(ctx),

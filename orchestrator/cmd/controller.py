@@ -19,12 +19,12 @@ from labcontract.transport import redis_client
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning, LabConfig
 from orchestrator.controller import Controller
-from orchestrator.dispatch import Dispatcher
-from orchestrator.lease import LeaseHeld, LeaseLost, migration_lock, take_lease
-from orchestrator.notify import Notifier
+from orchestrator.controller.dispatch import Dispatcher
+from orchestrator.controller.lease import LeaseHeld, LeaseLost, migration_lock, take_lease
+from orchestrator.controller.notify import Notifier
+from orchestrator.controller.transient import FaultLog
 from orchestrator.provisioning import Provisioner
 from orchestrator.store.db import make_engine, migrate, sessions
-from orchestrator.transient import FaultLog
 
 log = logging.getLogger(__name__)
 DEFAULT_PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
@@ -53,7 +53,7 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
         provisioner = Provisioner(load_inventory(inventory), inventory, playbooks, config.lab_dir / "provisioning",
                                   search_path=os.environ.get("PATH", os.defpath))
     engine = make_engine(config.db_url)
-    try:                    # exactly one controller: the lease holder (orchestrator.lease)
+    try:                    # exactly one controller: the lease holder (orchestrator.controller.lease)
         lease = take_lease(engine, standby=standby, stopping=stopping)
     except LeaseHeld as e:
         log.error("%s", e)
@@ -77,7 +77,7 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
         from prometheus_client import CollectorRegistry
 
         from labcontract.metrics_http import MetricsServer
-        from orchestrator.exporter import ControllerCollector
+        from orchestrator.controller.exporter import ControllerCollector
 
         collector = ControllerCollector(sessions(engine), tuning, last_pass=lambda: controller.last_pass_at,
                                         faults=faults)

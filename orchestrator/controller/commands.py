@@ -29,9 +29,9 @@ from labcontract.protocol import (
 from labcontract.suite import Suite, capacity_problems, override_problems, parse_suite
 from orchestrator import health, netgroups
 from orchestrator.controller.core import ControllerCore
-from orchestrator.intake import command_refusal, valid_reply_to
+from orchestrator.controller.intake import command_refusal, valid_reply_to
+from orchestrator.controller.notify import payload
 from orchestrator.kinds.common import find_device
-from orchestrator.notify import payload
 from orchestrator.planner import net_hosts_of, plan
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, RunState, StepState, check_run
 from orchestrator.store.models import Device, Host, Result, Run, Schedule, Step
@@ -294,7 +294,7 @@ class CommandsMixin(ControllerCore):
             return Reply(ok=True, run_id=run.id)
 
     def notify(self) -> None:
-        """Deliver end notifications the store says are due (see orchestrator.notify)."""
+        """Deliver end notifications the store says are due (see orchestrator.controller.notify)."""
         if self.notifier is None or not self.notifier.enabled:
             return
         with self.sessions.begin() as s:

@@ -13,11 +13,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.protocol import CancelStep, ReportStep, StartStep
 from labcontract.suite import RetryCause
-from orchestrator import kinds, retries
+from orchestrator import kinds
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
-from orchestrator.dispatch import Dispatcher
-from orchestrator.notify import Notifier
+from orchestrator.controller import retries
+from orchestrator.controller.dispatch import Dispatcher
+from orchestrator.controller.notify import Notifier
 from orchestrator.provisioning import Provisioner
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, TERMINAL_STEP, RunState, StepState, check_run, check_step
 from orchestrator.store.models import Attempt, Host, Run, Step

@@ -8,7 +8,7 @@ import logging
 
 from sqlalchemy.orm import Session
 
-from labcontract.errors import ProtocolError
+from labcontract.errors import ProtocolError, StepOutputError
 from labcontract.protocol import (
     AnyEvent,
     Heartbeat,
@@ -21,7 +21,7 @@ from labcontract.protocol import (
 )
 from orchestrator import health, kinds
 from orchestrator.controller.core import ControllerCore
-from orchestrator.intake import judge, mark_incompatible
+from orchestrator.controller.intake import judge, mark_incompatible
 from orchestrator.states import TERMINAL_STEP, StepState
 from orchestrator.store.models import Artifact, Attempt, Device, Host
 
@@ -100,7 +100,8 @@ class EventsMixin(ControllerCore):
         att.started_at = att.started_at or self.clock()
         self._move(att, StepState.RUNNING, "")
         what = "re-adopted after an agent restart" if ev.adopted else "started"
-        log.info("fio %s (pid %s)", what, ev.pid, extra=self._ctx(att))
+        log.info("%s %s (pid %s)", "fio" if att.step.kind in ("measure", "precondition") else att.step.kind, what,
+                 ev.pid, extra=self._ctx(att))
 
     def _on_unknown(self, s: Session, ev: StepUnknown) -> None:
         att = self._attempt(s, ev.attempt_id)
@@ -154,7 +155,7 @@ class EventsMixin(ControllerCore):
         else:
             try:
                 kind.store(self, s, att, stored)
-            except kinds.KindFailure as e:
+            except StepOutputError as e:
                 self._end(att, str(e)[:4096], cause="error")
             else:
                 self._move(att, StepState.SUCCEEDED, lost.strip(" ()"))

@@ -18,10 +18,10 @@ from sqlalchemy import select
 
 from orchestrator.controller.commands import CommandsMixin
 from orchestrator.controller.events import EventsMixin
+from orchestrator.controller.intake import Intake
 from orchestrator.controller.stepping import DispatchMixin
+from orchestrator.controller.transient import FaultLog, transient_kind
 from orchestrator.controller.watchdogs import WatchdogsMixin
-from orchestrator.intake import Intake
-from orchestrator.transient import FaultLog, transient_kind
 
 PENDING_AGAIN_S = 10.0      # read the streams' unacknowledged entries again this often (see run_forever)
 
@@ -50,7 +50,7 @@ class Controller(EventsMixin, CommandsMixin, DispatchMixin, WatchdogsMixin):
 
     def run_forever(self, *, renew: Callable[[], None] | None = None, faults: FaultLog | None = None) -> None:
         """Pass after pass until stop(). ``renew``: extends the controller lease (raises LeaseLost, which
-        ends the loop: another controller took over). A transient fault (orchestrator.transient: store
+        ends the loop: another controller took over). A transient fault (orchestrator.controller.transient: store
         full or locked, PostgreSQL or Redis down, Redis restarted empty) is waited out with backoff, logged
         once per interval in ``faults``; nothing is acknowledged meanwhile, and after it the streams are
         set up again (groups recreated, entries read but not acknowledged read again)."""

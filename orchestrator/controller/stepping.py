@@ -15,12 +15,12 @@ from labcontract.errors import LabError
 from labcontract.protocol import StartStep
 from orchestrator import kinds
 from orchestrator.controller.core import ControllerCore
+from orchestrator.controller.transient import transient_kind
 from orchestrator.kinds.common import find_device
 from orchestrator.provisioning import LocalStep
 from orchestrator.scheduling import StepSummary, decide, run_unavailable
 from orchestrator.states import TERMINAL_RUN, TERMINAL_STEP, RunState, StepState, check_run, check_step
 from orchestrator.store.models import Attempt, Host, Run, Step
-from orchestrator.transient import transient_kind
 
 log = logging.getLogger("orchestrator.controller")
 

@@ -10,7 +10,7 @@ by ``get(step.kind)``:
 - its start message (``start_message``),
 - which steps start together with it (``cohort``: a network cell starts all its hosts' steps in one pass),
 - how a successful end is stored (``store``: artifacts to Result rows or other tables, and what follows,
-  e.g. a precondition round deciding the next; raises :class:`KindFailure` when the output is unusable:
+  e.g. a precondition round deciding the next; raises :class:`StepOutputError` when the output is unusable:
   the attempt then ends as an error with that reason),
 - what follows any end (``after_end``: a failed precondition group is recorded, a network cell closes).
 
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
     from orchestrator.artifacts import ArtifactStore
     from orchestrator.config import ControllerTuning
     from orchestrator.store.models import Attempt, Run, Step
-
-
-class KindFailure(Exception):
-    """A successful exit whose output cannot be stored: the attempt ends as an error with this reason."""
 
 
 class KindContext(Protocol):
@@ -76,7 +72,7 @@ class StepKind(Protocol):
         """The steps that start in the same pass as ``step`` (itself included, in start order)."""
 
     def store(self, ctx: KindContext, s: Session, att: Attempt, stored: Mapping[str, bytes]) -> None:
-        """Store a successful end (``stored``: the attempt's artifacts by name); raise KindFailure if unusable."""
+        """Store a successful end (``stored``: the attempt's artifacts by name); raise StepOutputError if unusable."""
 
     def after_end(self, ctx: KindContext, s: Session, att: Attempt) -> None:
         """After any end of ``att`` (ended, failed, cancelled; its step may be retried)."""
@@ -120,4 +116,4 @@ def _register_builtin() -> None:
 
 _register_builtin()
 
-__all__ = ["KindContext", "KindFailure", "StepKind", "get", "local_names", "names", "register"]
+__all__ = ["KindContext", "StepKind", "StepOutputError", "get", "local_names", "names", "register"]

@@ -28,8 +28,9 @@ from sqlalchemy.orm import Session
 
 from labcontract import interlock
 from labcontract.apps import APP_RESULT_MAX_BYTES, AppResult, AppStart, expected_seconds
+from labcontract.errors import StepOutputError
 from labcontract.protocol import StartStep
-from orchestrator.kinds import KindContext, KindFailure
+from orchestrator.kinds import KindContext
 from orchestrator.kinds.common import BaseKind, ctx_of, result_provenance, run_devices
 from orchestrator.states import StepState, check_step
 from orchestrator.store.models import Attempt, Result, Run, Step
@@ -77,7 +78,7 @@ class AppKind(BaseKind):
                                  f" in {res.seconds:.0f}s")[:1024]
             return
         if raw is None:
-            raise KindFailure(f"{APP_RESULT} missing: the application step left no result")
+            raise StepOutputError(f"{APP_RESULT} missing: the application step left no result")
         s.add(app_result(ctx, s, att, app, parse_result(raw)))
         log.info("%s point %s stored", app.kind, app.point, extra=ctx_of(att))
 
@@ -96,15 +97,15 @@ class AppKind(BaseKind):
 
 
 def parse_result(raw: bytes) -> AppResult:
-    """``app.json`` as an AppResult, bounded; anything else raises KindFailure with the reason."""
+    """``app.json`` as an AppResult, bounded; anything else raises StepOutputError with the reason."""
     if len(raw) > APP_RESULT_MAX_BYTES:
-        raise KindFailure(f"{APP_RESULT} is {len(raw)} bytes (at most {APP_RESULT_MAX_BYTES})")
+        raise StepOutputError(f"{APP_RESULT} is {len(raw)} bytes (at most {APP_RESULT_MAX_BYTES})")
     try:
         return AppResult.model_validate_json(raw)
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}"
                              for err in e.errors()[:5])
-        raise KindFailure(f"{APP_RESULT} invalid: {problems}"[:4096]) from e
+        raise StepOutputError(f"{APP_RESULT} invalid: {problems}"[:4096]) from e
 
 
 def headline(app: AppStart, res: AppResult) -> tuple[float | None, str]:

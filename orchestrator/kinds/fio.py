@@ -9,14 +9,14 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from labcontract import interlock
-from labcontract.errors import FioError
+from labcontract.errors import FioError, StepOutputError
 from labcontract.fiojob import device_section, render_job
 from labcontract.fioresult import StepMetrics, latency_bins, parse_fio_groups
 from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
 from labcontract.protocol import StartStep
 from labcontract.suite import Workload
 from orchestrator import opmode, preconditioning
-from orchestrator.kinds import KindContext, KindFailure
+from orchestrator.kinds import KindContext
 from orchestrator.kinds.common import BaseKind, ctx_of, generic_start, result_provenance, run_devices
 from orchestrator.states import StepState
 from orchestrator.store.models import Attempt, Result, Run, Step
@@ -46,7 +46,7 @@ class FioKind(BaseKind):
         try:
             self._store(ctx, s, att, stored.get("fio.json", b""))
         except FioError as e:
-            raise KindFailure(str(e)) from e
+            raise StepOutputError(str(e)) from e
 
     def _store(self, ctx: KindContext, s: Session, att: Attempt, raw: bytes) -> None:
         """Parse fio's output and store the result; a precondition round also decides whether another

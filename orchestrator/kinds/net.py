@@ -12,10 +12,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from labcontract.errors import StepOutputError
 from labcontract.protocol import NetStart, StartStep
 from labcontract.suite import Workload
 from orchestrator import netgroups
-from orchestrator.kinds import KindContext, KindFailure
+from orchestrator.kinds import KindContext
 from orchestrator.kinds.common import BaseKind
 from orchestrator.states import TERMINAL_STEP, StepState
 from orchestrator.store.models import Attempt, Host, NetGroup, Result, Run, Step
@@ -46,7 +47,7 @@ class NetKind(BaseKind):
         try:
             store_net(ctx, s, att, stored.get("net.json", b""))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise KindFailure(f"net.json unreadable: {e}") from e
+            raise StepOutputError(f"net.json unreadable: {e}") from e
 
     def after_end(self, ctx: KindContext, s: Session, att: Attempt) -> None:
         close_net_group(ctx, s, att.step.run, att.step)

@@ -44,7 +44,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.inventory import load_inventory
-from orchestrator.lab import Lab, free_port, wait_for
+from orchestrator.labs.lab import Lab, free_port, wait_for
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
 from tests.ansible_helpers import (
@@ -190,7 +190,7 @@ READ_SUITE = "suite: unprivileged\nprofiles:\n  - {name: r, rw: randread, bs: 4k
 def submit_read(lab: Lab, device: str) -> str:
     from labcontract.suite import parse_suite
     from labcontract.transport import redis_client
-    from orchestrator.client import ControllerClient
+    from orchestrator.labctl.client import ControllerClient
 
     assert lab.broker_url
     run_id, reply = ControllerClient(redis_client(lab.broker_url), timeout_s=30).submit(

@@ -14,17 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from agents.apps import AppContext, AppError, AppSpec, Cancelled
+from agents.apps import AppContext, AppSpec, Cancelled
 from agents.apps import pgbench as driver
 from agents.apps import postgres as pg
 from agents.apps.proc import wait_for
 from labcontract.apps import AppResult, PgbenchParams
+from labcontract.errors import AppStepError
 
 
 def _binaries_or_skip() -> None:
     try:
         bindir = pg.find_bindir(None)
-    except AppError as e:
+    except AppStepError as e:
         pytest.skip(f"PostgreSQL server binaries missing: {e}")
     if not (os.access(bindir / "pgbench", os.X_OK) or shutil.which("pgbench")):
         pytest.skip("pgbench is not installed")
@@ -160,7 +161,7 @@ def test_absurd_shared_buffers_fails_clearly(prepared: tuple[Path, Recorder, App
     root, _, _ = prepared
     rec = Recorder()
     ctx = make_ctx(root, rec, "badsb")
-    with pytest.raises(AppError, match=r"postgres exited .* while starting: .*(shared memory|memory)"):
+    with pytest.raises(AppStepError, match=r"postgres exited .* while starting: .*(shared memory|memory)"):
         driver.run(ctx, PgbenchParams(scale=1, clients=(2,), time=2, shared_buffers_mb=4 << 20), 2)
     assert len(rec.started) == 1
     assert_nothing_left(rec, root / "mnt" / "pgdata")
@@ -173,7 +174,7 @@ def test_run_without_prepare_is_refused() -> None:
         os.chmod(root, 0o755)
         (root / "mnt").mkdir(mode=0o755)
         rec = Recorder()
-        with pytest.raises(AppError, match="holds no PostgreSQL cluster"):
+        with pytest.raises(AppStepError, match="holds no PostgreSQL cluster"):
             driver.run(make_ctx(root, rec, "noprep"), PgbenchParams(scale=1, clients=(2,), time=2), 2)
         assert rec.started == {}
     finally:
@@ -190,7 +191,7 @@ def test_unreachable_mountpoint_is_refused() -> None:
         (root / "mnt").mkdir()
         rec = Recorder()
         ctx = make_ctx(root, rec, "closed")
-        with pytest.raises(AppError, match=r"cannot reach .*needs o\+x"):
+        with pytest.raises(AppStepError, match=r"cannot reach .*needs o\+x"):
             driver.prepare(ctx, PgbenchParams(scale=1))
         assert rec.started == {}
     finally:

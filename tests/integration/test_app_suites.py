@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab import wait_for
+from orchestrator.labs.lab import wait_for
+from tests.chromium import Chromium
 from tests.conftest import LabHandle, start_lab
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +83,7 @@ def submit_builtin(lab: LabHandle, name: str, *extra: str) -> str:
 
 
 @pytest.mark.timeout(900)
-def test_sysbench_oltp_builtin_runs_end_to_end(applab: LabHandle, tmp_path: Path) -> None:
+def test_sysbench_oltp_builtin_runs_end_to_end(applab: LabHandle, tmp_path: Path, chromium: Chromium) -> None:
     run_id = submit_builtin(applab, "sysbench-oltp", "--runtime", "2", "--scale", "0.002")
     d = applab.wait_run(run_id, timeout=900)
     assert d.run.state == "SUCCEEDED", (d.run.reason, [(s.name, s.state, s.reason) for s in d.steps])
@@ -105,11 +106,13 @@ def test_sysbench_oltp_builtin_runs_end_to_end(applab: LabHandle, tmp_path: Path
     assert "tps" in export.splitlines()[0]
     html = tmp_path / "sysbench.html"
     labctl_ok(applab, "report", run_id, "--html", str(html))
-    assert "TPS" in html.read_text()
+    page = chromium.open(html)           # as people see it: every chart drawn with data, nothing else loaded
+    assert page.problems() == [], "\n".join(page.problems())
+    assert "apps" in page.kinds() and page.figures, sorted(page.kinds())
 
 
 @pytest.mark.timeout(900)
-def test_pgbench_builtin_runs_end_to_end_and_compares(applab: LabHandle, tmp_path: Path) -> None:
+def test_pgbench_builtin_runs_end_to_end_and_compares(applab: LabHandle, tmp_path: Path, chromium: Chromium) -> None:
     run_a = submit_builtin(applab, "pgbench", "--runtime", "2", "--scale", "0.005")
     da = applab.wait_run(run_a, timeout=900)
     assert da.run.state == "SUCCEEDED", (da.run.reason, [(s.name, s.state, s.reason) for s in da.steps])
@@ -128,7 +131,9 @@ def test_pgbench_builtin_runs_end_to_end_and_compares(applab: LabHandle, tmp_pat
     assert cmp, "no cell in common between two runs of one suite"
     html = tmp_path / "cmp.html"
     labctl_ok(applab, "compare", run_a, run_b, "--html", str(html))
-    assert "TPS" in html.read_text()
+    page = chromium.open(html)
+    assert page.problems() == [], "\n".join(page.problems())
+    assert "apps" in page.kinds(), sorted(page.kinds())
 
 
 def test_external_example_runs(applab: LabHandle) -> None:
@@ -189,7 +194,10 @@ def test_a_db_that_cannot_start_fails_clearly_and_leaves_nothing(applab: LabHand
     run_id = applab.submit(suite)
     d = applab.wait_run(run_id, timeout=600)
     assert d.run.state == "FAILED"
-    assert any("mariadbd" in s.reason or "InnoDB" in s.reason for s in d.steps), [s.reason for s in d.steps]
+    prepare, *points = d.steps
+    assert "mariadbd exited" in prepare.reason and "InnoDB" in prepare.reason, prepare.reason
+    assert all(p.reason.startswith(f"not run: its prepare step {prepare.name} failed") for p in points), \
+        [p.reason for p in points]
     assert not mounts_of(applab.duts["dut0"].path)
     assert not servers_under(applab.lab.root)
 
@@ -204,6 +212,12 @@ def test_agent_sigkilled_mid_sysbench_leaves_no_server_and_the_dut_unmounted(app
         running = [s for s in d.steps if s.state == "RUNNING" and s.cell.get("threads")]
         return bool(running) and bool(servers_under(applab.lab.root))
     wait_for(measuring, 300, "a sysbench point measuring with its server up")
+
+    def live_tps() -> float:          # the agent's live status: what the exporter and `labctl watch` show
+        raw = applab.redis().get(f"lab:live:{applab.host}")
+        apps = [st.get("app") or {} for st in json.loads(raw or "[]")]
+        return max((a.get("tps") or 0.0 for a in apps), default=0.0)
+    wait_for(live_tps, 60, "live TPS of the running point")
     os.kill(applab.agent.popen.pid, signal.SIGKILL)
     applab.agent.popen.wait()
     applab.restart_agent()

@@ -1,4 +1,4 @@
-"""The dispatcher's pre-encoded task messages (orchestrator.celery_wire) through a real redis-server and a
+"""The dispatcher's pre-encoded task messages (orchestrator.controller.celery_wire) through a real redis-server and a
 worker process running the agent's Celery app (agents.daemon.make_worker_app) as the agent daemon runs it:
 each task runs with its arguments while its message is still unacknowledged (acks_late), an expired start
 is dropped, and a message taken but not acknowledged goes back to its queue the way kombu restores it (the
@@ -25,8 +25,8 @@ import pytest
 from labcontract.brokerauth import unacked_keys
 from labcontract.protocol import CancelStep, ReportStep, StartStep, agent_queue
 from labcontract.transport import celery_settings, redis_client
-from orchestrator.dispatch import Dispatcher
-from orchestrator.lab import Lab, wait_for
+from orchestrator.controller.dispatch import Dispatcher
+from orchestrator.labs.lab import Lab, wait_for
 
 pytestmark = pytest.mark.integration
 

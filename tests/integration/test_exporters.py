@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from labcontract import telemetry as T
 from labcontract.live import LiveStatus
-from orchestrator.lab import wait_for
+from orchestrator.labs.lab import wait_for
 from orchestrator.states import RunState
 from orchestrator.store.models import Host
 from tests.conftest import LabHandle, start_lab
@@ -250,7 +250,7 @@ def test_controller_exporter_shows_runs_steps_and_agents(tlab: LabHandle) -> Non
 
 def test_disabled_and_fixed_port_exporters(tlab: LabHandle) -> None:
     """``--no-metrics`` serves nothing and announces no address; a taken port fails the agent clearly."""
-    from orchestrator.lab import free_port
+    from orchestrator.labs.lab import free_port
 
     port = free_port()
     agent = tlab.lab.start_agent("quiet-host", [f"q0={tlab.duts['dut0'].path}"], name="agent-quiet",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab import wait_for
+from orchestrator.labs.lab import wait_for
 from orchestrator.queries import RunDetail
 from tests.conftest import LabHandle, one_workload, pid_alive
 

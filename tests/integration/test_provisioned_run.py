@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab import Lab
+from orchestrator.labs.lab import Lab
 from orchestrator.store.db import make_engine, sessions
 from tests.ansible_helpers import local_inventory
 from tests.conftest import LabHandle
@@ -101,7 +101,7 @@ def stopped_within(lab: LabHandle, seconds: float) -> float:
     import signal
     import time
 
-    from orchestrator.lab import wait_for
+    from orchestrator.labs.lab import wait_for
 
     sent = time.monotonic()
     lab.controller.popen.send_signal(signal.SIGTERM)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from orchestrator.client import ControllerClient
-from orchestrator.lab import wait_for
+from orchestrator.labctl.client import ControllerClient
+from orchestrator.labs.lab import wait_for
 from orchestrator.queries import RunDetail
 from orchestrator.store.models import Run
 from tests.conftest import LabHandle, start_lab

@@ -11,8 +11,8 @@ import pytest
 
 from labcontract.protocol import StartStep
 from labcontract.suite import parse_suite
-from orchestrator.dispatch import Dispatcher
-from orchestrator.lab import wait_for
+from orchestrator.controller.dispatch import Dispatcher
+from orchestrator.labs.lab import wait_for
 from tests.conftest import LabHandle, events_tail, one_workload, pid_alive
 
 pytestmark = pytest.mark.integration
@@ -115,7 +115,7 @@ def test_redis_crash_loses_no_queued_submission(fresh_lab: LabHandle) -> None:
     """A submission waits in the broker while the controller is down; redis-server is killed (SIGKILL)
     and restarted from its append-only file; the controller comes back and runs it."""
     from labcontract.suite import parse_suite
-    from orchestrator.client import ControllerClient
+    from orchestrator.labctl.client import ControllerClient
     from orchestrator.store.models import Run
 
     lab = fresh_lab

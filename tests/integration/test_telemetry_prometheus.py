@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from dashboards import generate as G
-from orchestrator.lab import free_port, wait_for
-from orchestrator.promtargets import agent_targets, controller_targets, write_file_sd
+from orchestrator.labctl.promtargets import agent_targets, controller_targets, write_file_sd
+from orchestrator.labs.lab import free_port, wait_for
 from tests.conftest import LabHandle, start_lab
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import redis
 
 from labcontract.brokerauth import with_credentials
 from labcontract.transport import redis_client
-from orchestrator.lab import Lab, TlsFiles
+from orchestrator.labs.lab import Lab, TlsFiles
 from tests.conftest import QUICK_SUITE, LabHandle, start_lab
 from tests.tlscerts import Certs, make_certs
 

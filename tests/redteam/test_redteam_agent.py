@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from labcontract.protocol import COMMANDS_STREAM, REPLY_PREFIX, TASK_START, StartStep, Submit, agent_queue
-from orchestrator.celery_wire import QueuePusher, TaskEncoder
-from orchestrator.dispatch import Dispatcher
-from orchestrator.lab import Dut, wait_for
+from orchestrator.controller.celery_wire import QueuePusher, TaskEncoder
+from orchestrator.controller.dispatch import Dispatcher
+from orchestrator.labs.lab import Dut, wait_for
 from tests.conftest import LabHandle, one_workload, unique
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ import pytest
 
 from labcontract.errors import InventoryError
 from labcontract.inventory import load_inventory
-from orchestrator.lab import Dut, Lab, wait_for
+from orchestrator.labs.lab import Dut, Lab, wait_for
 from orchestrator.queries import RunDetail
 from orchestrator.store.db import make_engine, sessions
 from tests.ansible_helpers import local_inventory, run_playbook

@@ -21,7 +21,7 @@ import redis
 from labcontract.brokerauth import unacked_keys
 from labcontract.protocol import COMMANDS_STREAM, DEADLETTER_STREAM, TASK_START, agent_queue, events_stream
 from labcontract.transport import redis_client
-from orchestrator.lab import Lab, wait_for
+from orchestrator.labs.lab import Lab, wait_for
 from tests.conftest import LabHandle, start_lab
 
 pytestmark = pytest.mark.integration
@@ -55,7 +55,7 @@ def _forged_start() -> str:
     from celery import Celery
 
     from labcontract.transport import celery_settings
-    from orchestrator.celery_wire import TaskEncoder
+    from orchestrator.controller.celery_wire import TaskEncoder
 
     app = Celery("forger", set_as_current=False)
     app.conf.update(celery_settings("memory://"))
@@ -184,10 +184,10 @@ def test_the_acl_file_labctl_generates_holds_on_a_plain_redis_server(tmp_path: P
     import sys
 
     from labcontract.brokerauth import with_credentials
-    from orchestrator.lab import Lab, free_port
+    from orchestrator.labs.lab import Lab, free_port
 
     acl, secrets = tmp_path / "users.acl", tmp_path / "secrets"
-    res = subprocess.run([sys.executable, "-m", "orchestrator.cli", "broker", "acl", "--hosts", "h1,h2",
+    res = subprocess.run([sys.executable, "-m", "orchestrator.labctl.cli", "broker", "acl", "--hosts", "h1,h2",
                           "--out", str(acl), "--secrets-dir", str(secrets)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert stat.S_IMODE(acl.stat().st_mode) == 0o600

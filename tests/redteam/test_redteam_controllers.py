@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from orchestrator.lab import Lab, Proc, wait_for
-from orchestrator.lease import current
+from orchestrator.controller.lease import current
+from orchestrator.labs.lab import Lab, Proc, wait_for
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Attempt, Result, Step
 from tests.conftest import QUICK_SUITE, THREE_STEPS, LabHandle

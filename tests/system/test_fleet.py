@@ -1,4 +1,4 @@
-"""``labctl hosts exec`` and ``labctl hosts collect-logs`` (orchestrator.fleet, Fabric) against three
+"""``labctl hosts exec`` and ``labctl hosts collect-logs`` (orchestrator.labctl.fleet, Fabric) against three
 SSH namespace hosts (tests/sshhosts.py), each with its own sshd, address and lab_root."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from labcontract.errors import InputError
 from labcontract.facts import DeclaredDut
 from labcontract.protocol import StartStep
 from labcontract.suite import parse_suite
-from orchestrator.fleet import parse_host_specs, run_on_hosts
-from orchestrator.lab import wait_for
+from orchestrator.labctl.fleet import parse_host_specs, run_on_hosts
+from orchestrator.labs.lab import wait_for
 from tests.conftest import QUICK_SUITE
 from tests.sshhosts import SshHost, SshHosts, ssh_hosts
 
@@ -41,7 +41,7 @@ echo "fio: fake run in $(pwd)" >&2
 def labctl(hosts: SshHosts, lab_dir: Path, *args: str, extra: tuple[str, ...] = (),
            host_options: bool = True) -> subprocess.CompletedProcess[str]:
     """``labctl hosts ARGS`` with a ``--host`` per namespace host (unless ``host_options`` is false)."""
-    argv = [sys.executable, "-m", "orchestrator.cli", "--lab-dir", str(lab_dir), "hosts", *args]
+    argv = [sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(lab_dir), "hosts", *args]
     for h in hosts if host_options else ():
         argv += ["--host", hosts.host_option(h)]
     argv += ["--identity", str(hosts.key), "--known-hosts", str(hosts.known_hosts), *extra]

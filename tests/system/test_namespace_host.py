@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.lab import Lab, wait_for
+from orchestrator.labs.lab import Lab, wait_for
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
 from tests.conftest import QUICK_SUITE, LabHandle, one_workload, pid_alive

@@ -1,5 +1,5 @@
 """Network suites end to end: the controller runs a suite's cells on a target and an initiator host,
-each a real agent inside its own network namespace of the namespace lab (orchestrator.netlab).
+each a real agent inside its own network namespace of the namespace lab (tests.netlab).
 
 Target namespace: tgtd + nbdkit serving one LUN file over two veth paths shaped with tbf to R; its
 agent counts each path's NIC bytes. Initiator namespace: its agent runs fio (nbd engine) or iscsi-perf
@@ -24,14 +24,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.suite import parse_suite
 from labcontract.transport import redis_client
-from orchestrator.client import ControllerClient
-from orchestrator.lab import Lab, Proc, wait_for
-from orchestrator.netlab import LabSpec, NetLab
+from orchestrator.labctl.client import ControllerClient
+from orchestrator.labs.lab import Lab, Proc, wait_for
 from orchestrator.queries import RunDetail, run_detail
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Attempt, Host, NetGroup, Step
 from tests.chromium import Chromium
+from tests.netlab import LabSpec, NetLab
 
 pytestmark = pytest.mark.system
 
@@ -93,9 +93,9 @@ class NetRunLab:
         import subprocess
 
         assert self.lab.broker_url
-        res = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--lab-dir", str(self.lab.root), "--broker",
-                              self.lab.broker_url, "--store", self.store_url, *args, ], capture_output=True, text=True,
-                             timeout=60, env={**os.environ, "COLUMNS": "250"})
+        res = subprocess.run([sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(self.lab.root),
+                              "--broker", self.lab.broker_url, "--store", self.store_url, *args],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
         assert res.returncode == 0, res.stderr + res.stdout
         return res.stdout
 

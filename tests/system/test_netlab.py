@@ -1,4 +1,4 @@
-"""The network test lab (orchestrator.netlab) driven by the measurements (agents.netmeasure).
+"""The network test lab (tests.netlab) driven by the measurements (agents.netmeasure).
 
 A target namespace and an initiator namespace joined by two veth paths, each shaped with tbf
 to R = 300 Mbit/s; tgtd and nbdkit in the target namespace serve one 64 MiB LUN file. The
@@ -28,7 +28,7 @@ from agents.netmeasure import (
     run_fio_paths,
 )
 from labcontract.errors import LabError
-from orchestrator.netlab import BENCH_NET, LabSpec, NetLab, ns_exec, tbf_params
+from tests.netlab import BENCH_NET, LabSpec, NetLab, ns_exec, tbf_params
 
 pytestmark = pytest.mark.system
 

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agents.apps import AppError, AppSpec
+from agents.apps import AppSpec
 from agents.apps.sysbench import failure_reason, histogram_percentile, parse_histogram, parse_interval, parse_run
+from labcontract.errors import AppStepError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "apps"
 
@@ -54,10 +55,10 @@ def test_parse_run_point_select() -> None:
 
 def test_no_report_is_refused() -> None:
     text = (FIX / "sysbench_noconn.out").read_text()
-    with pytest.raises(AppError, match="no final report"):
+    with pytest.raises(AppStepError, match="no final report"):
         parse_run(text)
     assert "unable to connect to MySQL server" in failure_reason(text, 1)
-    with pytest.raises(AppError):
+    with pytest.raises(AppStepError):
         parse_run((FIX / "sysbench_prepare.out").read_text())
 
 

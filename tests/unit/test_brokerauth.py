@@ -182,7 +182,7 @@ def test_the_cli_folds_the_credential_options_into_the_url_and_warns_of_an_inlin
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import typer
 
-    from orchestrator.cli_broker import broker_url_of
+    from orchestrator.labctl.broker import broker_url_of
 
     url = broker_url_of("rediss://labctl@ctl:6380/0", password_file=tmp_path / "p", ca=tmp_path / "ca.pem")
     assert url == f"rediss://labctl@ctl:6380/0?password_file={tmp_path}/p&ssl_ca_certs={tmp_path}/ca.pem"

@@ -1,4 +1,4 @@
-"""The task messages the dispatcher encodes itself (orchestrator.celery_wire) are the ones Celery's
+"""The task messages the dispatcher encodes itself (orchestrator.controller.celery_wire) are the ones Celery's
 ``send_task`` publishes: compared field by field on kombu's in-memory transport and decoded as a worker's
 consumer decodes them. The pusher's batches, order and retries, on a recording Redis client."""
 
@@ -16,8 +16,8 @@ import redis
 
 from labcontract.protocol import TASK_CANCEL, TASK_REPORT, TASK_START, CancelStep, ReportStep, StartStep
 from labcontract.transport import celery_settings
-from orchestrator.celery_wire import QueuePusher, RetryPolicy, TaskEncoder
-from orchestrator.dispatch import Dispatcher
+from orchestrator.controller.celery_wire import QueuePusher, RetryPolicy, TaskEncoder
+from orchestrator.controller.dispatch import Dispatcher
 
 QUEUE = "agent.h1"
 VARYING = {"id", "root_id", "correlation_id", "delivery_tag", "expires"}   # per message / per instant

@@ -24,13 +24,13 @@ from agents.runner import Attempt, FioRunner
 from labcontract import telemetry as T
 from labcontract.errors import ConfigError
 from labcontract.facts import DeclaredDut, HostFacts
-from labcontract.live import DeviceLive, DirectionLive, LiveStatus
+from labcontract.live import AppLive, DeviceLive, DirectionLive, LiveStatus
 from labcontract.metrics_http import MetricsServer, split_host_port
 from labcontract.protocol import StartStep, Submit
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.controller import Controller
-from orchestrator.exporter import ControllerCollector
+from orchestrator.controller.exporter import ControllerCollector
 from orchestrator.store.db import make_engine, migrate, sessions
 from orchestrator.store.models import Host
 
@@ -89,6 +89,24 @@ def net_dir(tmp_path: Path) -> Path:
     return tmp_path / "net"
 
 
+def test_agent_collector_exports_an_app_steps_last_second(tmp_path: Path) -> None:
+    clock = Clock()
+    agent = make_agent(tmp_path, clock)
+    app = AppLive(t=clock.t, point=8, tps=1234.5, qps=24690.0, lat_avg_ms=6.5, lat_p95_ms=9.0, lat_p99_ms=12.0,
+                  errors_per_s=0.5, device="dut0")
+    agent.live = (status("a3", "app", (), started=clock.t - 5).model_copy(update={"app": app}),)
+    agent.running_ids = ("a3",)
+    registry = CollectorRegistry()
+    registry.register(AgentCollector(agent, [], clock=clock))
+    found = samples(registry)
+    for m in T.APP_METRICS:
+        [(labels, _value)] = found[m.sample_name]
+        assert labels == {"host": "h1", "device": "dut0"}, m.sample_name
+    assert one(found, "lab_app_tps") == 1234.5 and one(found, "lab_app_point") == 8
+    assert one(found, "lab_app_latency_p99_seconds") == pytest.approx(0.012)
+    assert {lab["phase"]: v for lab, v in found["lab_step_phase"]}["app"] == 1
+
+
 def test_agent_collector_exports_every_agent_metric_with_its_labels(tmp_path: Path, net_dir: Path) -> None:
     clock = Clock()
     agent = make_agent(tmp_path, clock)
@@ -102,6 +120,8 @@ def test_agent_collector_exports_every_agent_metric_with_its_labels(tmp_path: Pa
                                      clock=clock))
     found = samples(registry)
     for m in T.AGENT_METRICS:
+        if m in T.APP_METRICS:
+            continue            # an application step's: test_agent_collector_exports_an_app_steps_last_second
         assert found.get(m.sample_name), f"{m.sample_name} has no series"
         for labels, _ in found[m.sample_name]:
             assert tuple(sorted(labels)) == tuple(sorted(m.labels)), m.sample_name
@@ -133,7 +153,7 @@ def test_agent_collector_exports_every_agent_metric_with_its_labels(tmp_path: Pa
     found = samples(registry)
     step_metrics = [m for m in T.AGENT_METRICS if m.labels[:2] in (("host", "device"), ("host", "phase"))
                     or m in (T.PRECONDITION_ROUND, T.STEP_ELAPSED, T.STEP_EXPECTED, T.STEP_INFO)]
-    assert len(step_metrics) == 12
+    assert len(step_metrics) == 12 + len(T.APP_METRICS)
     for m in step_metrics:
         assert found.get(m.sample_name, []) == [], m.sample_name
     assert one(found, "lab_agent_fio_running") == 0 and one(found, "lab_agent_up") == 1
@@ -323,7 +343,7 @@ def test_addresses_and_options() -> None:
     assert advertised_address(None, "10.1.2.3", 4321) == "10.1.2.3:4321"
     assert advertised_address(None, "0.0.0.0", 4321).endswith(":4321")
     # the CLI's defaults are the contract's ports
-    from orchestrator import cli
+    from orchestrator.labctl import cli
 
     for fn, port in ((cli.agent, T.DEFAULT_AGENT_METRICS_PORT), (cli.controller, T.DEFAULT_CONTROLLER_METRICS_PORT)):
         assert inspect.signature(fn).parameters["metrics_port"].default == port

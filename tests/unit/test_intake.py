@@ -1,5 +1,5 @@
-"""The controller's intake (orchestrator.intake): bounded decoding, trust in events, poison entries dead-lettered,
-transient faults told apart; on a real SQLite store with a recording redis stand-in."""
+"""The controller's intake (orchestrator.controller.intake): bounded decoding, trust in events, poison entries
+dead-lettered, transient faults told apart; on a real SQLite store with a recording redis stand-in."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from labcontract.protocol import (
     decode_event,
     events_stream,
 )
-from orchestrator.intake import Intake, Streams, transient, valid_reply_to
+from orchestrator.controller.intake import Intake, Streams, transient, valid_reply_to
 from orchestrator.scheduling import decide
 from orchestrator.store.models import Attempt, Host, Result, Run
 
@@ -206,7 +206,7 @@ def test_a_wrong_version_command_is_answered_at_once(fake: Any) -> None:
 
 def test_client_shows_a_version_refusal() -> None:
     from labcontract.errors import ServiceError
-    from orchestrator.client import parse_reply
+    from orchestrator.labctl.client import parse_reply
 
     with pytest.raises(ServiceError, match="upgrade labctl"):
         parse_reply(json.dumps({"v": PROTOCOL_VERSION, "ok": False, "errors": [
@@ -287,7 +287,8 @@ def test_another_protocol_version_marks_the_host_incompatible(env: Any, fake: An
                              reply_to="-")).ok
     with db() as s:
         h = s.get(Host, "h1")
-        assert h is not None and f"agent 0.9 speaks protocol 4; this controller speaks {PROTOCOL_VERSION} — upgrade the agent" \
+        assert h is not None
+        assert f"agent 0.9 speaks protocol 4; this controller speaks {PROTOCOL_VERSION} — upgrade the agent" \
             in h.incompatible
         runs = list(s.scalars(select(Run)))
         d = decide(runs, {h.name: h}, clock.t, ctl.host_up)

@@ -16,10 +16,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.protocol import Heartbeat, StepStarted, Submit
 from orchestrator.controller import Controller
-from orchestrator.lease import Lease, LeaseLost, current
+from orchestrator.controller.lease import Lease, LeaseLost, current
+from orchestrator.controller.transient import FaultLog, transient_kind
 from orchestrator.store.db import make_engine, migrate, sessions
 from orchestrator.store.models import Attempt, Host, Schedule
-from orchestrator.transient import FaultLog, transient_kind
 from tests.unit.conftest import Clock, RecordingDispatcher
 from tests.unit.test_controller import SUITE
 
@@ -192,7 +192,7 @@ def test_fault_log_logs_once_per_interval_and_the_recovery(caplog: pytest.LogCap
     faults.fault("redis", redis.ConnectionError("Connection refused"), 10)
     took = faults.recovered()
     assert took is not None and 33 < took < 35 and not faults.degraded
-    lines = [r.getMessage() for r in caplog.records if r.name == "orchestrator.transient"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "orchestrator.controller.transient"]
     assert len(lines) == 3, lines
     assert "redis (broker) unavailable (ConnectionError: Connection refused)" in lines[0]
     assert "still unavailable after 34s (71 failed attempts" in lines[1]
@@ -251,7 +251,7 @@ def test_run_forever_waits_out_transient_faults_and_sets_up_again(
     ctl.run_forever(renew=lambda: renewals.append(1), faults=faults)
     assert faults.totals == {"store": 3, "redis": 1} and not faults.degraded
     assert len(setups) == 5 and len(renewals) == 6          # set up again after every failed pass
-    lines = [r.getMessage() for r in caplog.records if r.name == "orchestrator.transient"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "orchestrator.controller.transient"]
     assert len(lines) == 2, lines
     assert lines[0].startswith("store unavailable (OperationalError: database or disk is full)")
     assert "available again after" in lines[1]

@@ -17,7 +17,7 @@ import yaml
 
 from dashboards import generate as G
 from labcontract import telemetry as T
-from orchestrator.promtargets import controller_targets, write_file_sd
+from orchestrator.labctl.promtargets import controller_targets, write_file_sd
 
 ROOT = Path(__file__).resolve().parents[2]
 PROM_DIR = ROOT / "deploy" / "prometheus"

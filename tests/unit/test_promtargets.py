@@ -1,4 +1,4 @@
-"""Prometheus file_sd targets from the store's hosts or from the lab inventory (orchestrator/promtargets.py,
+"""Prometheus file_sd targets from the store's hosts or from the lab inventory (orchestrator/labctl/promtargets.py,
 ``labctl prometheus targets``)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from labcontract.inventory import load_inventory
-from orchestrator.cli import app
-from orchestrator.promtargets import (
+from orchestrator.labctl.cli import app
+from orchestrator.labctl.promtargets import (
     agent_targets,
     controller_targets,
     file_sd_targets,

@@ -21,7 +21,7 @@ from labcontract.suite import check_footprint
 def test_a_huge_clock_skew_claimed_at_registration_cannot_break_dispatch() -> None:
     """Register.sent_at is the agent's word: 1e12 made every message to that host (and the batch of starts it
     was in) raise OverflowError in the controller's main loop, which exits on a non-transient error."""
-    from orchestrator.dispatch import Dispatcher
+    from orchestrator.controller.dispatch import Dispatcher
 
     d = Dispatcher("redis://127.0.0.1:1/0", expires_s=60)   # no connection is made to encode
     try:
@@ -198,7 +198,7 @@ def test_inventory_values_with_a_trailing_newline_are_refused(value: str) -> Non
 
 
 def test_reply_lists_and_stream_hosts_are_matched_whole() -> None:
-    from orchestrator.intake import valid_reply_to
+    from orchestrator.controller.intake import valid_reply_to
 
     assert valid_reply_to("lab:reply:abc") and not valid_reply_to("lab:reply:abc\n")
 

@@ -28,7 +28,7 @@ from labcontract.protocol import (
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.controller import Controller
-from orchestrator.notify import Notifier
+from orchestrator.controller.notify import Notifier
 from orchestrator.scheduling import decide
 from orchestrator.store.db import make_engine, migrate, sessions
 from orchestrator.store.models import Host, Run, Schedule

@@ -14,9 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from labcontract.errors import InputError, Problem
-from orchestrator.cli_common import State, checked_reply, fail, fails_cleanly, out, sessions_or_fail
 from orchestrator.config import ControllerTuning
-from orchestrator.fleet import (
+from orchestrator.labctl.common import State, checked_reply, fail, fails_cleanly, out, sessions_or_fail
+from orchestrator.labctl.fleet import (
     DEFAULT_JOURNAL_UNIT,
     DEFAULT_STATE_DIR,
     FleetHost,
@@ -81,7 +81,7 @@ def clock_skew(skew_s: float | None) -> tuple[str, bool]:
     return f"{skew_s:+.2f}s", False
 
 
-# --- ad-hoc work over SSH (orchestrator.fleet) ------------------------------------------------------
+# --- ad-hoc work over SSH (orchestrator.labctl.fleet) ------------------------------------------------------
 
 HostSpecs = Annotated[list[str] | None, typer.Option(
     "--host", help="A host to reach: NAME=user@address[:port] (repeat).")]
@@ -200,7 +200,7 @@ def release(host: Annotated[str, typer.Argument(help="The quarantined host.")],
                                                             "default: the host and all its DUTs.")] = None) -> None:
     """Return a quarantined host or DUT to scheduling (its failure counts start again from zero)."""
     from labcontract.transport import redis_client
-    from orchestrator.client import ControllerClient
+    from orchestrator.labctl.client import ControllerClient
 
     checked_reply(ControllerClient(redis_client(State.config.broker_url)).release(host, device))
     print(f"released {host}{':' + device if device else ''}")

@@ -39,7 +39,7 @@ _OS_TRANSIENT = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.ENOME
 
 def transient_kind(e: BaseException) -> str | None:
     """``"store"`` or ``"redis"`` when ``e`` is a fault that waiting cures; None otherwise. The same
-    faults as orchestrator.intake.transient (which decides that an entry is retried, not dead-lettered)."""
+    faults as orchestrator.controller.intake.transient (which decides that an entry is retried, not dead-lettered)."""
     if isinstance(e, (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)):
         return "redis"
     if isinstance(e, redis.ResponseError) and str(e).startswith(_REDIS_TRANSIENT):

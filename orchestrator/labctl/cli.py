@@ -13,12 +13,12 @@ import typer
 from rich.table import Table
 
 from labcontract.errors import LabError
-from orchestrator.cli_broker import broker_app
-from orchestrator.cli_common import State, checked_reply, fail, fails_cleanly, out
-from orchestrator.cli_common import sessions_or_fail as _sessions
-from orchestrator.cli_hosts import hosts_app
-from orchestrator.cli_report import add_report_commands
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
+from orchestrator.labctl.broker import broker_app
+from orchestrator.labctl.common import State, checked_reply, fail, fails_cleanly, out
+from orchestrator.labctl.common import sessions_or_fail as _sessions
+from orchestrator.labctl.hosts import hosts_app
+from orchestrator.labctl.reports import add_report_commands
 
 app = typer.Typer(help="Storage test-lab orchestrator: suites -> runs on lab hosts -> results.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -49,7 +49,7 @@ def main_options(
     broker_key: Annotated[Path | None, typer.Option(envvar="LAB_BROKER_KEY",
                                                     help="Key of --broker-cert.")] = None,
 ) -> None:
-    from orchestrator.cli_broker import broker_url_of
+    from orchestrator.labctl.broker import broker_url_of
 
     State.config = LabConfig(lab_dir=lab_dir, store_url=store, broker_url=broker_url_of(
         broker, password_file=broker_password_file, ca=broker_ca, cert=broker_cert, key=broker_key))
@@ -160,7 +160,7 @@ def submit(
     from labcontract.transport import redis_client
     from labcontract.units import parse_duration
     from labcontract.when import parse_when
-    from orchestrator.client import ControllerClient, check_submission
+    from orchestrator.labctl.client import ControllerClient, check_submission
 
     problems = []
     not_before = expires_at = None
@@ -191,7 +191,7 @@ def submit(
               file=sys.stderr)
     print(run_id)
     if wait:
-        from orchestrator.watch import watch_run
+        from orchestrator.labctl.watch import watch_run
 
         raise typer.Exit(watch_run(_sessions(), redis_client(State.config.broker_url), run_id, out))
 
@@ -209,8 +209,8 @@ def watch(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'la
           timeout: Annotated[float | None, typer.Option(help="Stop watching after this many seconds.")] = None) -> None:
     """Follow a run: each step's progress bar, elapsed and remaining time, live IOPS and latency."""
     from labcontract.transport import redis_client
+    from orchestrator.labctl.watch import watch_run
     from orchestrator.queries import resolve_run_id
-    from orchestrator.watch import watch_run
 
     db = _sessions()
     with db() as s:
@@ -235,7 +235,7 @@ def resume(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'l
 def _run_command(run: str, done: str, send: Callable[[Any, str], Any]) -> None:
     """Resolve a run reference, send one command to the controller, fail with its answer if refused."""
     from labcontract.transport import redis_client
-    from orchestrator.client import ControllerClient
+    from orchestrator.labctl.client import ControllerClient
     from orchestrator.queries import resolve_run_id
 
     with _sessions()() as s:
@@ -286,8 +286,8 @@ def queue() -> None:
 
 
 def controller_unreachable(db: Any, now: float) -> str | None:
-    """Why the controller is not working the queue (its lease, orchestrator.lease), or None when it is."""
-    from orchestrator.lease import DEFAULT_TTL_S, current
+    """Why the controller is not working the queue (its lease, orchestrator.controller.lease), or None when it is."""
+    from orchestrator.controller.lease import DEFAULT_TTL_S, current
 
     try:
         lease = current(db)
@@ -358,7 +358,7 @@ def prometheus_targets(
 ) -> None:
     """Write Prometheus file_sd targets: every registered agent's metrics address, or every agent of an
     inventory (labelled host and groups), and the controller's."""
-    from orchestrator.promtargets import (
+    from orchestrator.labctl.promtargets import (
         agent_targets,
         controller_targets,
         inventory_controller_address,
@@ -411,7 +411,7 @@ def schedule_add(
     """Add a schedule: the controller queues the suite each time the cron expression says."""
     from labcontract.transport import redis_client
     from labcontract.units import parse_duration
-    from orchestrator.client import ControllerClient, check_submission
+    from orchestrator.labctl.client import ControllerClient, check_submission
 
     suite = check_submission(suite_ref, host, device, _sessions())
     try:
@@ -458,7 +458,7 @@ def schedule_list() -> None:
 def schedule_rm(name: str) -> None:
     """Remove a schedule (runs it already queued stay)."""
     from labcontract.transport import redis_client
-    from orchestrator.client import ControllerClient
+    from orchestrator.labctl.client import ControllerClient
 
     _reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
     print(f"schedule {name} removed")
@@ -575,7 +575,7 @@ def demo(
                                                     "a redis-server.")] = False,
 ) -> None:
     """Start a one-machine lab (redis, controller, agent, file-backed DUT) and run a short suite."""
-    from orchestrator.demo import run_demo
+    from orchestrator.labs.demo import run_demo
 
     raise typer.Exit(run_demo(State.config, out, runtime=runtime, size_mib=size_mib,
                               reuse_broker=reuse_broker))

@@ -21,7 +21,7 @@ from labcontract.brokerauth import (
     write_secret,
 )
 from labcontract.errors import ConfigError
-from orchestrator.cli_common import fails_cleanly, out
+from orchestrator.labctl.common import fails_cleanly, out
 
 broker_app = typer.Typer(help="Broker users (Redis ACL) and their password files.", no_args_is_help=True)
 

@@ -21,9 +21,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from labcontract import telemetry as T
 from labcontract.metrics_http import Family, counter, gauge
 from orchestrator.config import ControllerTuning
+from orchestrator.controller.transient import FAULT_KINDS, FaultLog
 from orchestrator.states import RunState, StepState
 from orchestrator.store.models import Host, Run, Step
-from orchestrator.transient import FAULT_KINDS, FaultLog
 
 __all__ = ["ControllerCollector"]
 log = logging.getLogger(__name__)

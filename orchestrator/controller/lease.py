@@ -41,8 +41,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
 from labcontract.errors import LabError
+from orchestrator.controller.transient import FaultLog, transient_kind
 from orchestrator.store.models import ControllerLease
-from orchestrator.transient import FaultLog, transient_kind
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "controller"

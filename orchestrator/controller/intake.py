@@ -39,9 +39,9 @@ from labcontract.protocol import (
     other_version_register,
     parse_json,
 )
+from orchestrator.controller.transient import transient_kind
 from orchestrator.states import ACTIVE_STEP, TERMINAL_STEP, StepState
 from orchestrator.store.models import Attempt, Host
-from orchestrator.transient import transient_kind
 
 if TYPE_CHECKING:
     from orchestrator.controller import Controller
@@ -59,7 +59,7 @@ Entry = tuple[str, dict[bytes, bytes]]
 
 def transient(e: BaseException) -> bool:
     """A fault of the surroundings (retry later, acknowledge nothing), not of the entry being applied: Redis down
-    or restarted empty, the store locked or full (orchestrator.transient); WRONGTYPE on a reply key, an
+    or restarted empty, the store locked or full (orchestrator.controller.transient); WRONGTYPE on a reply key, an
     IntegrityError, a bad artifact... are the entry's own."""
     return transient_kind(e) is not None
 

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 import typer
 
 from labcontract.errors import LabError
-from orchestrator.cli_common import State, fail, out
-from orchestrator.cli_common import sessions_or_fail as _sessions
+from orchestrator.labctl.common import State, fail, out
+from orchestrator.labctl.common import sessions_or_fail as _sessions
 from orchestrator.states import TERMINAL_RUN
 
 

@@ -10,15 +10,15 @@ from rich.console import Console
 from labcontract.brokerauth import redact_url
 from labcontract.suite import load_suite
 from labcontract.transport import redis_client
-from orchestrator.client import ControllerClient
 from orchestrator.config import LabConfig
 from orchestrator.htmlreport import write_html
-from orchestrator.lab import Lab, redis_ping, wait_for
+from orchestrator.labctl.client import ControllerClient
+from orchestrator.labctl.watch import watch_run
+from orchestrator.labs.lab import Lab, redis_ping, wait_for
 from orchestrator.queries import run_detail
 from orchestrator.report import write_markdown
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
-from orchestrator.watch import watch_run
 
 DEMO_SUITE = "demo"
 DEMO_HOST = "lab-local"

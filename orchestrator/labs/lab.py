@@ -220,7 +220,7 @@ class Lab:
     # --- daemons ----------------------------------------------------------------------
 
     def labctl(self) -> list[str]:
-        return [self.python, "-m", "orchestrator.cli"]
+        return [self.python, "-m", "orchestrator.labctl.cli"]
 
     def start_controller(self, store_url: str, *, extra: tuple[str, ...] = (),
                          metrics_port: int | None = 0) -> Proc:

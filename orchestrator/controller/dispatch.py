@@ -1,6 +1,6 @@
 """Sends start / cancel / report requests to agents' Celery queues (and nothing else).
 
-The messages are Celery task messages, encoded and pushed by :mod:`orchestrator.celery_wire` rather than
+The messages are Celery task messages, encoded and pushed by :mod:`orchestrator.controller.celery_wire` rather than
 through ``app.send_task``: a batch of starts costs one Redis round trip instead of 2-3 ms a message, which is
 what a burst of starts (many hosts whose steps end together) waited on (docs/performance.md).
 """
@@ -20,7 +20,7 @@ from labcontract.protocol import (
     agent_queue,
 )
 from labcontract.transport import celery_settings, redis_client
-from orchestrator.celery_wire import QueuePusher, TaskEncoder
+from orchestrator.controller.celery_wire import QueuePusher, TaskEncoder
 
 # a host's claimed clock lead taken into a message's expiry at most this much (Register.sent_at is the agent's word:
 # 1e12 s overflowed Celery's expiry date and broke every dispatch of the controller's pass)
