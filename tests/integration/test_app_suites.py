@@ -10,12 +10,14 @@ import os
 import shutil
 import signal
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from orchestrator.labs.lab import wait_for
+from orchestrator.store.models import Host
 from tests.chromium import Chromium
 from tests.conftest import LabHandle, start_lab
 
@@ -50,10 +52,10 @@ def applab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
 
 
 def mounts_of(dut: str) -> list[str]:
-    """Lines of /proc/self/mountinfo that mount ``dut`` (or anything under an attempt's mnt directory)."""
+    """Lines of /proc/self/mountinfo that mount ``dut`` (its source device is the field after " - fstype")."""
     real = os.path.realpath(dut)
     return [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
-            if f" {real} " in line or "/attempts/" in line.split(" - ")[0]]
+            if line.split(" - ", 1)[-1].split()[1:2] == [real]]
 
 
 def servers_under(root: Path) -> list[str]:
@@ -218,6 +220,17 @@ def test_agent_sigkilled_mid_sysbench_leaves_no_server_and_the_dut_unmounted(app
         apps = [st.get("app") or {} for st in json.loads(raw or "[]")]
         return max((a.get("tps") or 0.0 for a in apps), default=0.0)
     wait_for(live_tps, 60, "live TPS of the running point")
+
+    with applab.sessions() as s:
+        host = s.get(Host, applab.host)
+        address = host.facts.get("metrics_address") if host is not None else None
+    assert address, "the agent announced no exporter"
+
+    def scraped_tps() -> bool:       # what Prometheus scrapes from the agent while the point runs
+        body = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+        return any(line.startswith("lab_app_tps{") and float(line.rsplit(" ", 1)[1]) > 0
+                   for line in body.splitlines())
+    wait_for(scraped_tps, 60, "lab_app_tps on the agent's /metrics")
     os.kill(applab.agent.popen.pid, signal.SIGKILL)
     applab.agent.popen.wait()
     applab.restart_agent()

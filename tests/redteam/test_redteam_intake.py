@@ -131,7 +131,7 @@ def test_poison_commands_are_dead_lettered_and_the_controller_serves_on(lab: Lab
         ("[1,2,3]", "not a message: a JSON list"),
         ("null", "not a message: a JSON NoneType"),
         ('"just a string"', "not a message: a JSON str"),
-        ('{"v": 5, "run_id": "x"}', "malformed command"),
+        (json.dumps({"v": PROTOCOL_VERSION, "run_id": "x"}), "malformed command"),
         (json.dumps({**valid, "reply_to": COMMANDS_STREAM}), "reply_to"),
         (json.dumps({**valid, "reply_to": queue}), "reply_to"),
         (json.dumps({**valid, "reply_to": "lab:events:" + lab.host}), "reply_to"),
@@ -255,11 +255,11 @@ def test_a_wrong_version_register_marks_the_host_incompatible_and_nothing_is_dis
     reg = {"v": PROTOCOL_VERSION - 1, "type": "register", "host": old, "agent_version": "0.4.0",
            "facts": {"hostname": old, "from": "the past"}, "duts": [{"name": "dut0", "path": "/srv/x.img"}]}
     entry = send(lab, events_stream(old), json.dumps(reg))
-    assert "speaks protocol 4" in dead_letter(lab, events_stream(old), entry)["reason"]
+    assert f"speaks protocol {PROTOCOL_VERSION - 1}" in dead_letter(lab, events_stream(old), entry)["reason"]
     with lab.sessions() as s:
         h = s.get(Host, old)
-        assert h is not None and h.incompatible == (f"agent 0.4.0 speaks protocol 4; this controller speaks "
-                                                   f"{PROTOCOL_VERSION} — upgrade the agent")
+        assert h is not None and h.incompatible == (f"agent 0.4.0 speaks protocol {PROTOCOL_VERSION - 1}; this "
+                                                   f"controller speaks {PROTOCOL_VERSION} — upgrade the agent")
     # a known host whose agent is replaced by an older one: a run for it waits, with the reason, and gets nothing
     sim = sim_host(lab)
     with lab.sessions() as s:
@@ -273,7 +273,8 @@ def test_a_wrong_version_register_marks_the_host_incompatible_and_nothing_is_dis
     assert d.run.state == "QUEUED" and all(not st.attempts for st in d.steps)
     out = lab.labctl("queue")
     assert out.returncode == 0, out.stderr
-    assert f"host {sim} is incompatible: agent 0.4.0 speaks protocol 4" in out.stdout.replace("\n", " "), out.stdout
+    said = f"host {sim} is incompatible: agent 0.4.0 speaks protocol {PROTOCOL_VERSION - 1}"
+    assert said in out.stdout.replace("\n", " "), out.stdout
     # the upgraded agent registers again: the run starts (the test plays its agent no further: cancelled)
     sim_host(lab, sim)
     lab.wait_step_state(run_id, "DISPATCHED")

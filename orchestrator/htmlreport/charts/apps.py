@@ -72,8 +72,18 @@ def app_ladders(ctx: ReportContext) -> list[AppLadder]:
     return list(found.values())
 
 
+POINT_AXIS = {"threads": "sysbench threads", "clients": "pgbench clients"}
+
+
+def ladder_name(key: CellKey) -> str:
+    """``oltp_read_write (sysbench)``: the test and its tool, then any other identity of the cell."""
+    d = dict(key)
+    app = d.pop("app", "")
+    return key_label(tuple(d.items())) + (f" ({app})" if app else "")
+
+
 def _ladder_figure(ctx: ReportContext, lad: AppLadder, n_lad: int, m: AppMetric) -> Figure | None:
-    name = key_label(lad.key)
+    name = ladder_name(lad.key)
     xs = list(range(len(lad.points)))
     views = {v.index: v for v in ctx.runs}
     headers = [lad.dim]
@@ -96,14 +106,15 @@ def _ladder_figure(ctx: ReportContext, lad: AppLadder, n_lad: int, m: AppMetric)
         if not points:
             return None
         ax.set_xticks(xs, [str(p) for p in lad.points])
-        ax.set_xlabel(f"{lad.dim} (sysbench threads / pgbench clients)" if lad.dim in POINT_DIMS else lad.dim)
+        ax.set_xlabel(POINT_AXIS.get(lad.dim, lad.dim))
         ax.set_ylabel(m.axis)
         ax.set_ylim(bottom=0)
         ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=7)
         fid = f"apps-{n_lad}-{m.key}"
         svg = plot.to_svg(fig, fid)
     rows = [[str(p), *(col[i] for col in columns)] for i, p in enumerate(lad.points)]
-    return Figure("apps", fid, f"{name}: {m.title} per {lad.dim}", svg, Table(headers, rows),
+    title = f"{name}: {m.title} per {POINT_AXIS.get(lad.dim, lad.dim)} count"
+    return Figure("apps", fid, title, svg, Table(headers, rows),
                   f"n = {ctx.n_runs()}, {len(lad.points)} points, {len(columns)} lines", points,
                   f"{m.title} of each point as the tool reports it over the point's measured time (after its "
                   f"warm-up); a line per run x OP mode.")
@@ -138,7 +149,7 @@ def _series_figure(ctx: ReportContext, lad: AppLadder, n_lad: int, line: tuple[i
         ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=7, ncol=4)
         fid = f"apps-{n_lad}-tps-series-{n_line}"
         svg = plot.to_svg(fig, fid)
-    return Figure("apps", fid, f"{key_label(lad.key)}: TPS per second, {view.label(mode)}", svg,
+    return Figure("apps", fid, f"{ladder_name(lad.key)}: TPS per second, {view.label(mode)}", svg,
                   Table([lad.dim, "seconds", "mean TPS", "min TPS", "max TPS"], rows),
                   f"n = 1 run, {len(rows)} points, {points} seconds", points,
                   "The tool's per-second report of each point's measured time (the warm-up is not drawn); the "
