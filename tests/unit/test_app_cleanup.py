@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from agents.apps.cleanup import read_state, release
+from agents.apps.cleanup import read_state, release, strays
 from agents.apps.fs import mounted
 from agents.apps.proc import alive, start_ticks
 
@@ -61,6 +62,10 @@ def test_stray_on_the_mountpoint_is_stopped(tmp_path: Path) -> None:
     (tmp_path / "mnt").mkdir()
     p = subprocess.Popen([*SLEEPER, f"--datadir={tmp_path / 'mnt' / 'mysql'}"])
     try:
+        # the child as /proc shows it (its command line naming the mountpoint) before release looks for it
+        deadline = time.monotonic() + 30
+        while not any(pid == p.pid for pid, _t, _a in strays(tmp_path / "mnt")) and time.monotonic() < deadline:
+            time.sleep(0.05)
         _state(tmp_path, [])
         lines = release(tmp_path, grace_s=10)
         assert any(f"pid {p.pid}: stopped" in x and "not recorded" in x for x in lines), lines
