@@ -152,11 +152,11 @@ def db_step(spec: AppSpec, ctx: AppContext, state: State) -> AppResult:
         log.info("%s", what)
         if not fsmod.mounted(ctx.mountpoint):
             state.set_mount(None, None)
+            if spec.mount_root is not None:      # the step's own mountpoint, empty again: gone, failed or not
+                with contextlib.suppress(OSError):
+                    ctx.mountpoint.rmdir()
     if fsmod.mounted(ctx.mountpoint) or "lazily" in what:      # something still held the filesystem
         raise AppStepError(f"cannot unmount the DUT cleanly: {what}")
-    if spec.mount_root is not None:
-        with contextlib.suppress(OSError):
-            ctx.mountpoint.rmdir()
     if spec.app.phase == "prepare":
         mark.update(loaded=True, loaded_at=datetime.datetime.now(datetime.UTC).isoformat())
         fsmod.write_json_atomic(marker, mark)
