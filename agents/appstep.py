@@ -40,7 +40,7 @@ from agents.apps import DRIVERS, AppContext, AppDriver, AppSpec, Cancelled, exte
 from agents.apps import fs as fsmod
 from agents.apps.cleanup import STATE_FILE, release
 from agents.apps.external import validation_reason
-from agents.apps.proc import start_ticks
+from agents.apps.proc import Oversized, read_bounded, start_ticks
 from labcontract.apps import AppResult
 from labcontract.errors import AppStepError
 
@@ -101,12 +101,11 @@ def live_writer(cwd: Path) -> Any:
 
 def load_spec(path: Path) -> AppSpec:
     try:
-        with path.open("rb") as f:
-            data = f.read(SPEC_MAX_BYTES + 1)
+        data = read_bounded(path, SPEC_MAX_BYTES)
     except OSError as e:
         raise AppStepError(f"cannot read the spec {path}: {e.strerror}") from None
-    if len(data) > SPEC_MAX_BYTES:
-        raise AppStepError(f"the spec {path} exceeds {SPEC_MAX_BYTES} bytes")
+    except Oversized:
+        raise AppStepError(f"the spec {path} exceeds {SPEC_MAX_BYTES} bytes") from None
     try:
         return AppSpec.model_validate_json(data)
     except ValidationError as e:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.apps.fs import mounted, umount, write_json_atomic
-from agents.apps.proc import alive, start_ticks, stop_pid
+from agents.apps.proc import alive, read_bounded, start_ticks, stop_pid
 
 SPEC_MAX_BYTES = 1 << 20
 STOP_SIGNAL = {"postgres": signal.SIGINT}   # a server kind's clean, prompt shutdown signal (default SIGTERM)
@@ -38,9 +38,7 @@ def read_state(attempt_dir: Path) -> dict[str, Any]:
     empty: dict[str, Any] = {"mountpoint": None, "device": None, "servers": []}
     p = attempt_dir / STATE_FILE
     try:
-        if p.stat().st_size > STATE_MAX_BYTES:
-            return empty
-        raw = json.loads(p.read_text())
+        raw = json.loads(read_bounded(p, STATE_MAX_BYTES))
     except (OSError, ValueError):
         return empty
     if not isinstance(raw, dict):
@@ -120,12 +118,9 @@ def own_mountpoint(attempt_dir: Path) -> Path:
     from agents.apps import AppSpec
 
     try:
-        with (attempt_dir / "app-spec.json").open("rb") as fh:
-            raw = fh.read(SPEC_MAX_BYTES + 1)
-        if len(raw) <= SPEC_MAX_BYTES:
-            spec = AppSpec.model_validate_json(raw)
-            if spec.attempt_id == attempt_dir.name:
-                return spec.mountpoint(attempt_dir)
+        spec = AppSpec.model_validate_json(read_bounded(attempt_dir / "app-spec.json", SPEC_MAX_BYTES))
+        if spec.attempt_id == attempt_dir.name:
+            return spec.mountpoint(attempt_dir)
     except (OSError, ValueError):
         pass
     return attempt_dir / "mnt"

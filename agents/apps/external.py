@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from agents.apps import AppContext, ExternalSpec
+from agents.apps import AppContext, ExternalSpec, proc
 from agents.apps.fs import in_use
 from agents.apps.proc import TOOL_OUT_MAX, bound_file, start_ticks, tail
 from labcontract.apps import APP_RESULT_MAX_BYTES, AppResult
@@ -64,12 +64,11 @@ def validation_reason(e: ValidationError) -> str:
 
 def read_result(path: os.PathLike[str] | str) -> AppResult:
     try:
-        with open(path, "rb") as f:
-            data = f.read(APP_RESULT_MAX_BYTES + 1)
+        data = proc.read_bounded(path, APP_RESULT_MAX_BYTES)
     except OSError as e:
         raise AppStepError(f"the external workload wrote no result ({e.strerror}: {path})") from None
-    if len(data) > APP_RESULT_MAX_BYTES:
-        raise AppStepError(f"the external workload's result exceeds {APP_RESULT_MAX_BYTES} bytes")
+    except proc.Oversized:
+        raise AppStepError(f"the external workload's result exceeds {APP_RESULT_MAX_BYTES} bytes") from None
     try:
         return AppResult.model_validate_json(data)
     except ValidationError as e:

@@ -1,5 +1,6 @@
 """Processes of an application step: identify a pid safely (pid + start ticks), stop a server, run a tool with
-its output appended to a bounded file, wait on a condition. Shared by the drivers, appstep and cleanup."""
+its output appended to a bounded file, wait on a condition, read back a file within a bound. Shared by the
+drivers, appstep and cleanup."""
 
 from __future__ import annotations
 
@@ -75,6 +76,20 @@ def stop_pid(pid: int, ticks: int, grace_s: float = 60.0, kill_wait_s: float = 1
     if wait_gone(pid, ticks, kill_wait_s):
         return f"pid {pid}: killed (SIGKILL after {grace_s:.0f} s)"
     return f"pid {pid}: still running after SIGKILL"
+
+
+class Oversized(ValueError):
+    """A file the step reads back is over its bound (never read whole)."""
+
+
+def read_bounded(path: os.PathLike[str] | str, max_bytes: int) -> bytes:
+    """At most ``max_bytes`` of ``path``: the agent reads back files others may have written (a spec, a state, a
+    marker, an external workload's result). Oversized when larger; OSError as open() raises it."""
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise Oversized(f"{path} exceeds {max_bytes} bytes")
+    return data
 
 
 def bound_file(path: Path, max_bytes: int = TOOL_OUT_MAX) -> None:

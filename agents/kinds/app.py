@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from agents.apps.proc import read_bounded
 from agents.kinds import Host, Interlock, Launch, LiveFigures, StepKind, Targets, interlock_refusal, resolve_duts
 from labcontract import interlock
 from labcontract.apps import AppStart, expected_seconds
@@ -47,9 +48,7 @@ def recorded_uuid(state_dir: Path, dut_name: str) -> str | None:
     """The filesystem UUID the marker of ``dut_name`` records (None: no marker, or an unreadable one)."""
     path = marker_path(state_dir, dut_name)
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MARKER_MAX_BYTES + 1)
-        data = json.loads(raw) if len(raw) <= MARKER_MAX_BYTES else None
+        data = json.loads(read_bounded(path, MARKER_MAX_BYTES))
     except (OSError, ValueError):
         return None
     uuid = data.get("uuid") if isinstance(data, dict) else None
