@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.apps import AppContext
-from agents.apps.proc import TOOL_OUT_MAX, bound_file, socket_connectable, start_ticks, tail, wait_for
+from agents.apps import AppContext, server
+from agents.apps.proc import socket_connectable, tail
 from labcontract.apps import SysbenchParams
 from labcontract.errors import AppStepError
 
@@ -101,26 +101,10 @@ def start(ctx: AppContext, p: SysbenchParams, datadir: Path) -> MariaServer:
     sock = socket_path(ctx)
     sock.unlink(missing_ok=True)
     argv = server_argv(ctx, p, datadir, sock)
-    ctx.log.info("starting the server: %s", " ".join(argv))
-    bound_file(ctx.server_log, TOOL_OUT_MAX)
-    with ctx.server_log.open("ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    ticks = start_ticks(proc.pid)
-    srv = MariaServer(proc, proc.pid, ticks if ticks is not None else -1, sock, datadir)
-    ctx.on_server(proc.pid, "mariadbd", datadir)
-
-    def died() -> str | None:
-        if proc.poll() is None:
-            return None
-        return f"mariadbd exited ({proc.returncode}) while starting: {tail(ctx.server_log, 8)}"
-
-    try:
-        wait_for(lambda: socket_connectable(sock), START_TIMEOUT_S, died=died, stop=ctx.stop,
-                 what="mariadbd accepting connections")
-    except (RuntimeError, TimeoutError) as e:
-        stop(ctx, srv)
-        raise AppStepError(str(e)) from None
+    proc, ticks = server.launch(ctx, "mariadbd", argv, datadir)
+    srv = MariaServer(proc, proc.pid, ticks, sock, datadir)
+    server.await_ready(ctx, proc, "mariadbd", lambda: socket_connectable(sock), START_TIMEOUT_S,
+                       lambda: stop(ctx, srv))
     ctx.log.info("mariadbd %d ready on %s", proc.pid, sock)
     return srv
 

@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.apps import AppContext, Cancelled
-from agents.apps.proc import TOOL_OUT_MAX, bound_file, free_port, run_tool, start_ticks, tail, wait_for
+from agents.apps import AppContext, Cancelled, server
+from agents.apps.proc import TOOL_OUT_MAX, bound_file, free_port, run_tool, tail
 from labcontract.errors import AppStepError
 
 PG_GLOB = "usr/lib/postgresql/*/bin"
@@ -236,32 +236,12 @@ def start(ctx: AppContext, bindir: Path, datadir: Path, *, shared_buffers_mb: in
     port = free_port()          # no TCP listener: the port only names the socket (.s.PGSQL.<port>)
     sockdir, private = _sockdir(ctx, user, port)
     argv = server_argv(bindir, datadir, sockdir, port, shared_buffers_mb, synchronous_commit, max_connections)
-    ctx.log.info("starting the server: %s", " ".join(argv))
-    bound_file(ctx.server_log, TOOL_OUT_MAX)
     uid, gid, groups = _ids(user)
-    with ctx.server_log.open("ab") as log:
-        log.write(("$ " + " ".join(argv) + "\n").encode())
-        log.flush()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=clean_env(), cwd=sockdir, user=uid, group=gid,
-                                extra_groups=groups)
-    ticks = start_ticks(proc.pid)
-    srv = PgServer(proc, proc.pid, ticks if ticks is not None else -1, datadir, sockdir, port, private)
-    ctx.on_server(proc.pid, "postgres", datadir)
-
-    def died() -> str | None:
-        if proc.poll() is None:
-            return None
-        return f"postgres exited ({proc.returncode}) while starting: {tail(ctx.server_log, 8)}"
-
-    try:
-        wait_for(lambda: _ready(bindir, sockdir, port), START_TIMEOUT_S, died=died, stop=ctx.stop,
-                 what="postgres accepting connections")
-    except (RuntimeError, TimeoutError) as e:
-        stop(ctx, srv)
-        if ctx.stop.is_set():
-            raise Cancelled() from None
-        raise AppStepError(str(e)) from None
+    proc, ticks = server.launch(ctx, "postgres", argv, datadir, echo=True, env=clean_env(), cwd=sockdir, user=uid,
+                                group=gid, extra_groups=groups)
+    srv = PgServer(proc, proc.pid, ticks, datadir, sockdir, port, private)
+    server.await_ready(ctx, proc, "postgres", lambda: _ready(bindir, sockdir, port), START_TIMEOUT_S,
+                       lambda: stop(ctx, srv))
     ctx.log.info("postgres %d ready on %s (port %d)", proc.pid, sockdir, port)
     return srv
 
