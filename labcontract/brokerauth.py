@@ -12,7 +12,8 @@ hides it wherever a URL is logged.
 ACL layout (:func:`render_acl`): ``default`` off; ``controller`` (streams, replies, agent queues, keys
 ``lab:*``, no dangerous command); ``agent-<host>`` per host (its own Celery queue, its own unacked keys,
 XADD to ``lab:events:<host>`` only, ``lab:live:<host>``); ``labctl`` (XADD ``lab:commands``, its replies,
-``lab:live:*`` read); optionally ``admin`` (everything: the embedded lab's own user).
+``lab:live:*`` read); ``web`` (the web service: XADD ``lab:commands:web`` only, its replies, ``lab:live:*``
+read); optionally ``admin`` (everything: the embedded lab's own user).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from labcontract.errors import ConfigError
 ADMIN = "admin"
 CONTROLLER = "controller"
 LABCTL = "labctl"
+WEB = "web"             # the web service (orchestrator.web): the only writer of lab:commands:web
 AGENT_PREFIX = "agent-"
 # What an agent's host name may be to get an ACL user: no glob characters (* ? [ ] \) and no spaces,
 # so that a key pattern naming it matches that host's keys only
@@ -110,13 +112,21 @@ def acl_rules(user: str) -> str:
         # NOGROUP on every read of the controller; and +xadd no longer reaches the reply lists)
         return ("resetchannels ~lab:reply:* %R~lab:live:* "
                 f"-@all {_CONNECT} +blpop +brpop +lpop +del +get +exists -@dangerous (%W~lab:commands +xadd)")
+    if user == WEB:
+        # the web service's stream, XADD only: the controller records the actor its commands name and takes token
+        # commands from there alone, so no other user may write it (labctl's selector names lab:commands
+        # exactly, which is no pattern reaching lab:commands:web)
+        return ("resetchannels ~lab:reply:* %R~lab:live:* "
+                f"-@all {_CONNECT} +blpop +brpop +lpop +del +get +exists -@dangerous (%W~lab:commands:web +xadd)")
     if user.startswith(AGENT_PREFIX):
         return "resetchannels " + _agent_rule(user[len(AGENT_PREFIX):])
-    raise ConfigError("ACL", user, f"unknown lab user (known: {ADMIN}, {CONTROLLER}, {LABCTL}, {AGENT_PREFIX}<host>)")
+    raise ConfigError("ACL", user, f"unknown lab user (known: {ADMIN}, {CONTROLLER}, {LABCTL}, {WEB}, "
+                                   f"{AGENT_PREFIX}<host>)")
 
 
-def lab_users(hosts: Iterable[str], *, admin: bool = False, labctl: Iterable[str] = (LABCTL,)) -> list[str]:
-    users = ([ADMIN] if admin else []) + [CONTROLLER, *labctl]
+def lab_users(hosts: Iterable[str], *, admin: bool = False, labctl: Iterable[str] = (LABCTL,),
+              web: bool = True) -> list[str]:
+    users = ([ADMIN] if admin else []) + [CONTROLLER, *labctl] + ([WEB] if web else [])
     return users + [agent_user(h) for h in sorted(set(hosts))]
 
 

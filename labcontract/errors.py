@@ -9,10 +9,14 @@
      ├── ProtocolError            a message of the wrong shape or protocol version
      ├── DeviceRefused            an agent refuses a device it has not declared
      ├── FioError                 fio could not be run, or its output could not be read
- ├── StepOutputError          a step exited 0 but its output cannot be stored (the attempt ends as an error)
- ├── AppStepError             an application step (database, sysbench, pgbench, external) cannot go on
+     ├── StepOutputError          a step exited 0 but its output cannot be stored (the attempt ends as an error)
+     ├── AppStepError             an application step (database, sysbench, pgbench, external) cannot go on
      ├── StoreError               the results store
-     │    └── InvalidTransition   a state-machine transition that is not allowed
+     │    ├── InvalidTransition   a state-machine transition that is not allowed
+     │    └── NotFound            an id (run, artifact, host, token) the store does not hold
+     ├── AccessError              a web request without valid credentials (HTTP 401)
+     │    └── Forbidden           valid credentials whose role is too small (HTTP 403)
+     ├── CommandRefused           the controller answered a command with its refusal (its reasons)
      ├── ReportError              runs that cannot be reported, compared or exported as asked
      │    ├── CompareError        fewer than two runs, no cell in common, network with storage
      │    └── ExportError         an unknown format or table, an output that cannot be written
@@ -112,6 +116,34 @@ class InvalidTransition(StoreError):
     def __init__(self, kind: str, ident: str, current: str, target: str) -> None:
         self.kind, self.ident, self.current, self.target = kind, ident, current, target
         super().__init__(f"{kind} {ident}: cannot go from {current} to {target}")
+
+
+class NotFound(StoreError):
+    """An id the store does not hold: ``what`` (run, artifact...) and the id, for a 404."""
+
+    def __init__(self, what: str, ident: str) -> None:
+        self.what, self.ident = what, ident
+        super().__init__(f"no {what} {ident[:128]!r}")
+
+
+class AccessError(LabError):
+    """No valid credentials (a missing, unknown, revoked or expired token; no session)."""
+
+
+class Forbidden(AccessError):
+    """Valid credentials of too small a role for what was asked."""
+
+    def __init__(self, who: str, role: str, needed: str) -> None:
+        self.who, self.role, self.needed = who, role, needed
+        super().__init__(f"{who} has role {role}; this needs {needed}")
+
+
+class CommandRefused(LabError):
+    """The controller refused a command; ``errors`` are its reasons, every one."""
+
+    def __init__(self, what: str, errors: list[str]) -> None:
+        self.what, self.errors = what, list(errors)
+        super().__init__(f"the controller refused {what}: " + "; ".join(self.errors))
 
 
 class ServiceError(LabError):

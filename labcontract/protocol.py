@@ -10,7 +10,9 @@ consumer group and acknowledged (and deleted) only after the store has committed
 controller applies an event only for the host of its stream and the attempt current there;
 every event is idempotent on the controller side (keyed by attempt id and state).
 
-CLI -> controller: commands on :data:`COMMANDS_STREAM`, answered on a reply list.
+CLI -> controller: commands on :data:`COMMANDS_STREAM`, answered on a reply list. The web service's commands
+arrive on :data:`WEB_COMMANDS_STREAM` (protocol 7), the only stream whose commands' ``actor`` the controller
+records as given, and the only one it accepts token commands from.
 
 Every message carries ``v``; a receiver rejects a major version it does not speak.
 """
@@ -24,7 +26,7 @@ import hashlib
 import re
 import time
 import zlib
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -33,12 +35,14 @@ from labcontract.errors import ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.suite import MAX_RUNTIME_S, MAX_SUITE_BYTES, Workload
 
-PROTOCOL_VERSION = 6   # 2: StartStep carries an action and a device list (device groups, purge)
+PROTOCOL_VERSION = 7   # 2: StartStep carries an action and a device list (device groups, purge)
                        # 3: heartbeats carry health checks; an attempt can end in "timeout"; Release
                        # 4: action "net" (network steps started together on several hosts); Submit initiators
                        # 5: each agent appends to its own events stream (identity enforced by Redis ACLs),
                        #    dead-letter stream, strict start messages, error replies to wrong-version commands
                        # 6: action "app" (application workloads on the DUT: sysbench, pgbench, external)
+                       # 7: the web service's stream (WEB_COMMANDS_STREAM), an actor on every command, Rerun,
+                       #    TokenCreate / TokenRevoke, Submit.max_rounds
 
 TASK_START = "lab.agent.start_step"
 TASK_CANCEL = "lab.agent.cancel_step"
@@ -48,6 +52,7 @@ EVENTS_STREAM = "lab:events"          # legacy single stream (protocol <= 4); pe
 EVENTS_STREAM_PREFIX = "lab:events:"
 EVENTS_GROUP = "controller"
 COMMANDS_STREAM = "lab:commands"
+WEB_COMMANDS_STREAM = "lab:commands:web"   # the web service's (only broker user ``web`` may XADD there)
 DEADLETTER_STREAM = "lab:deadletter"  # entries refused by the controller, with the reason (never applied)
 REPLY_PREFIX = "lab:reply:"
 
@@ -363,6 +368,13 @@ def decode(model: type[Message], data: dict[str, Any]) -> Any:
 
 # --- CLI -> controller --------------------------------------------------------------------
 
+# who sent a command: recorded as given only from the web service's stream (e.g. "token:<name>"); "labctl" else
+Actor = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$")]
+TokenName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+Role = Literal["viewer", "engineer", "admin"]
+MAX_ROUNDS_CAP = 100_000       # labcontract.suite's own bound on a precondition's max_rounds
+
+
 class Submit(Message):
     type: Literal["submit"] = "submit"
     run_id: Annotated[str, Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]{0,31}|-)$"),
@@ -378,6 +390,8 @@ class Submit(Message):
     priority: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] = 0   # higher first
     not_before: StartFloat | None = None   # epoch seconds
     expires_at: StartFloat | None = None   # epoch seconds: expire if not started by then
+    max_rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS_CAP)] | None = None   # caps the suite's precondition
+    actor: Actor | None = None
     reply_to: ReplyTo
 
 
@@ -389,18 +403,21 @@ class Cancel(Message):
     run_id: RunRef
     reason: Annotated[str, Field(max_length=4096)] = "cancelled by user"   # stored on the run and each of its
     # steps, and sent in CancelStep (max 4096): unbounded, one command wrote MBs per step and a longer one failed
+    actor: Actor | None = None
     reply_to: ReplyTo
 
 
 class Pause(Message):
     type: Literal["pause"] = "pause"
     run_id: RunRef
+    actor: Actor | None = None
     reply_to: ReplyTo
 
 
 class Resume(Message):
     type: Literal["resume"] = "resume"
     run_id: RunRef
+    actor: Actor | None = None
     reply_to: ReplyTo
 
 
@@ -412,12 +429,14 @@ class ScheduleAdd(Message):
     cron: Annotated[str, Field(max_length=256)]
     submit: Submit
     expires_after_s: Annotated[int, Field(ge=0, le=10 * 365 * 86400)] | None = None
+    actor: Actor | None = None
     reply_to: ReplyTo
 
 
 class ScheduleRemove(Message):
     type: Literal["schedule_rm"] = "schedule_rm"
     name: Annotated[str, Field(max_length=64)]
+    actor: Actor | None = None
     reply_to: ReplyTo
 
 
@@ -427,18 +446,49 @@ class Release(Message):
     type: Literal["release"] = "release"
     host: Annotated[str, Field(max_length=64)]
     device: Annotated[str, Field(max_length=512)] | None = None
+    actor: Actor | None = None
     reply_to: ReplyTo
 
 
-AnyCommand = Annotated[Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release,
-                       Field(discriminator="type")]
+class Rerun(Message):
+    """Run again the FAILED, CANCELLED (and LOST) steps of a run that ended; its other steps keep their results."""
+
+    type: Literal["rerun"] = "rerun"
+    run_id: RunRef
+    actor: Actor | None = None
+    reply_to: ReplyTo
+
+
+class TokenCreate(Message):
+    """An API token of the web service: only its SHA-256 travels and is stored (the token is shown once, where it
+    was made). Accepted only from :data:`WEB_COMMANDS_STREAM`."""
+
+    type: Literal["token_create"] = "token_create"
+    name: TokenName
+    role: Role
+    token_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    expires_at: StartFloat | None = None     # epoch seconds; None: never
+    actor: Actor | None = None
+    reply_to: ReplyTo
+
+
+class TokenRevoke(Message):
+    type: Literal["token_revoke"] = "token_revoke"
+    name: TokenName
+    actor: Actor | None = None
+    reply_to: ReplyTo
+
+
+AnyCommandType: TypeAlias = (Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release | Rerun
+                              | TokenCreate | TokenRevoke)
+AnyCommand = Annotated[AnyCommandType, Field(discriminator="type")]
 COMMAND = TypeAdapter(AnyCommand)
+TOKEN_COMMANDS = (TokenCreate, TokenRevoke)    # accepted only on WEB_COMMANDS_STREAM
 
 
-def decode_command(raw: str | bytes) -> Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release:
+def decode_command(raw: str | bytes) -> AnyCommandType:
     """A command from its stream entry (size first, then JSON, version, fields); every failure is a ProtocolError."""
-    cmd: Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release = _decode_entry(
-        raw, "command", COMMAND)
+    cmd: AnyCommandType = _decode_entry(raw, "command", COMMAND)
     return cmd
 
 

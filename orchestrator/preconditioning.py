@@ -36,8 +36,12 @@ def suite_of(run: Run) -> Suite:
 
 
 def precondition_of(run: Run) -> Precondition | None:
-    """The run's precondition phase as planned: the suite's, with the run's --scale applied."""
-    return with_overrides(suite_of(run), scale=run.scale).phases.precondition
+    """The run's precondition phase as planned: the suite's, with the run's --scale applied and its rounds capped
+    by the run's own ``max_rounds`` (a submission's, never above the suite's)."""
+    pc = with_overrides(suite_of(run), scale=run.scale).phases.precondition
+    if pc is not None and run.max_rounds is not None and run.max_rounds < pc.max_rounds:
+        pc = pc.model_copy(update={"max_rounds": run.max_rounds})
+    return pc
 
 
 def record(s: Session, run: Run, step: Step) -> PreconditionRecord:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from labcontract.protocol import COMMANDS_STREAM, EVENTS_STREAM_PREFIX
+from labcontract.protocol import COMMANDS_STREAM, EVENTS_STREAM_PREFIX, WEB_COMMANDS_STREAM
 from labcontract.suite import parse_suite
 from labcontract.transport import redis_client
 from orchestrator.labctl.client import ControllerClient
@@ -131,10 +131,16 @@ class LabHandle:
     def restart_controller(self) -> None:
         self.controller = self.lab.start_controller(self.store_url)
 
-    def labctl(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def labctl(self, *args: str, check: bool = False, broker: str | None = None) -> subprocess.CompletedProcess[str]:
+        """labctl as ACL user labctl (or as the user of ``broker``, e.g. ``self.lab.web_url``)."""
         argv = [sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(self.lab.root), "--broker",
-                self.lab.labctl_url or self.broker, "--store", self.store_url, *args]   # as ACL user labctl
+                broker or self.lab.labctl_url or self.broker, "--store", self.store_url, *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=check)
+
+    def web_client(self, actor: str | None = "token:test", timeout_s: float = 30) -> ControllerClient:
+        """A client as the web service is one: broker user web, commands on lab:commands:web naming ``actor``."""
+        assert self.lab.web_url
+        return ControllerClient(redis_client(self.lab.web_url), timeout_s, stream=WEB_COMMANDS_STREAM, actor=actor)
 
 
 def start_lab(root: Path, *, store_url: str | None = None, n_duts: int = 1, size_mib: int = 128,

@@ -1,5 +1,10 @@
-"""Commands from the CLI (submit, cancel, schedules, release, pause, resume), scheduled submissions and end
-notifications; and the judgement of a submission against what agents registered."""
+"""Commands from the CLI and the web service (submit, cancel, schedules, release, pause, resume; rerun and tokens in
+:mod:`.admin`), scheduled submissions and end notifications; and the judgement of a submission against what
+agents registered.
+
+Who sent a command (its actor): on ``lab:commands`` (labctl users) always "labctl", whatever the command says;
+on ``lab:commands:web`` (only the broker user ``web`` may write it) the actor the web service names
+("token:<name>"). Token commands are accepted from the web service's stream only."""
 
 from __future__ import annotations
 
@@ -15,20 +20,27 @@ from sqlalchemy.orm import Session
 
 from labcontract.errors import Problem, ProtocolError, SubmissionError, SuiteError
 from labcontract.protocol import (
+    COMMANDS_STREAM,
+    TOKEN_COMMANDS,
+    WEB_COMMANDS_STREAM,
+    AnyCommandType,
     Cancel,
     CancelStep,
     Pause,
     Release,
     Reply,
+    Rerun,
     Resume,
     ScheduleAdd,
     ScheduleRemove,
     Submit,
+    TokenCreate,
+    TokenRevoke,
     decode_command,
 )
 from labcontract.suite import Suite, capacity_problems, override_problems, parse_suite
 from orchestrator import health, netgroups
-from orchestrator.controller.core import ControllerCore
+from orchestrator.controller.admin import AdminMixin
 from orchestrator.controller.intake import command_refusal, valid_reply_to
 from orchestrator.controller.notify import payload
 from orchestrator.kinds.common import find_device
@@ -38,6 +50,25 @@ from orchestrator.store.models import Device, Host, Result, Run, Schedule, Step
 
 log = logging.getLogger("orchestrator.controller")
 REPLY_TTL_S = 300
+LABCTL_ACTOR = "labctl"
+WEB_ACTOR = "web"           # a command on the web stream naming no actor
+TOKENS_WEB_ONLY = f"token commands are accepted only on the web service's stream ({WEB_COMMANDS_STREAM})"
+
+
+def actor_of(cmd: AnyCommandType, stream: str) -> str:
+    """Who the controller records as the sender (see the module doc)."""
+    if stream == WEB_COMMANDS_STREAM:
+        return cmd.actor or WEB_ACTOR
+    return LABCTL_ACTOR
+
+
+def command_target(cmd: AnyCommandType) -> str:
+    """What a command acts on, for its log line."""
+    for attr in ("run_id", "name", "host"):
+        value = getattr(cmd, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return "-"
 
 
 def next_fire(cron: str, after: float) -> float:
@@ -84,10 +115,11 @@ def submission_problems(session: Session, host_name: str, devices: Sequence[str]
     return problems
 
 
-class CommandsMixin(ControllerCore):
-    def handle_command(self, raw: str | bytes) -> None:
-        """Decode, apply and answer one command. One that cannot be decoded raises ProtocolError, after an error
-        reply when it names a proper reply list (a wrong protocol version is answered at once)."""
+class CommandsMixin(AdminMixin):
+    def handle_command(self, raw: str | bytes, stream: str = COMMANDS_STREAM) -> None:
+        """Decode, apply and answer one command from ``stream``. One that cannot be decoded, or a token command
+        that is not from the web service's stream, raises ProtocolError (dead-lettered by the intake), after an
+        error reply when it names a proper reply list (a wrong protocol version is answered at once)."""
         try:
             cmd = decode_command(raw)
         except ProtocolError as e:
@@ -95,8 +127,18 @@ class CommandsMixin(ControllerCore):
             if reply_to is not None:
                 self._reply(reply_to, Reply(ok=False, errors=(why,)))
             raise ProtocolError(why) from e
+        if isinstance(cmd, TOKEN_COMMANDS) and stream != WEB_COMMANDS_STREAM:
+            self._reply(cmd.reply_to, Reply(ok=False, errors=(TOKENS_WEB_ONLY,)))
+            raise ProtocolError(f"{cmd.type} on {stream}: {TOKENS_WEB_ONLY}")
+        actor = actor_of(cmd, stream)
+        log.info("command %s %s from %s (%s)", cmd.type, command_target(cmd), actor, stream,
+                 extra={"run": cmd.run_id} if isinstance(cmd, Submit | Cancel | Pause | Resume | Rerun) else {})
         if isinstance(cmd, Submit):
-            reply = self.submit(cmd)
+            reply = self.submit(cmd, actor)
+        elif isinstance(cmd, Rerun):
+            reply = self.rerun(cmd, actor)
+        elif isinstance(cmd, TokenCreate | TokenRevoke):
+            reply = self.token_command(cmd, actor)
         elif isinstance(cmd, Cancel):
             reply = self.cancel(cmd)
         elif isinstance(cmd, ScheduleAdd | ScheduleRemove):
@@ -112,9 +154,9 @@ class CommandsMixin(ControllerCore):
             self.redis.lpush(reply_to, reply.model_dump_json())
             self.redis.expire(reply_to, REPLY_TTL_S)
 
-    def submit(self, cmd: Submit) -> Reply:
+    def submit(self, cmd: Submit, actor: str = LABCTL_ACTOR) -> Reply:
         with self.sessions.begin() as s:
-            return self._submit_in(s, cmd)
+            return self._submit_in(s, cmd, actor)
 
     def submission_problems(self, s: Session, cmd: Submit) -> tuple[Suite | None, list[Problem]]:
         problems: list[Problem] = []
@@ -124,6 +166,8 @@ class CommandsMixin(ControllerCore):
             problems += override_problems(suite, cmd.runtime_override, cmd.scale)
         except SuiteError as e:
             problems += e.problems
+        if suite is not None and cmd.max_rounds is not None and suite.phases.precondition is None:
+            problems.append(Problem("--max-rounds", f"suite {suite.name} has no precondition phase to cap"))
         if suite is not None and suite.network is not None:
             if cmd.devices:
                 problems.append(Problem("--device", "a network suite measures paths, not DUTs: name no device"))
@@ -144,7 +188,7 @@ class CommandsMixin(ControllerCore):
         paths = [dev.path for d in cmd.devices if host and (dev := find_device(host, d)) is not None]
         return [Problem("--device", p) for p in self.provisioner.problems(cmd.host, paths)]
 
-    def _submit_in(self, s: Session, cmd: Submit) -> Reply:
+    def _submit_in(self, s: Session, cmd: Submit, actor: str) -> Reply:
         """Validate and queue a run in the caller's transaction (submissions and schedule firings)."""
         if s.get(Run, cmd.run_id) is not None:
             return Reply(ok=True, run_id=cmd.run_id)     # a re-sent submission
@@ -154,7 +198,7 @@ class CommandsMixin(ControllerCore):
             log.warning("submission %s rejected: %s", cmd.run_id, err.summary)
             return Reply(ok=False, errors=tuple(str(p) for p in problems))
         if suite.network is not None:
-            return self._submit_network(s, cmd, suite)
+            return self._submit_network(s, cmd, suite, actor)
         host = s.get(Host, cmd.host)
         assert host is not None
         named = [dev for d in cmd.devices if (dev := find_device(host, d)) is not None]
@@ -163,7 +207,8 @@ class CommandsMixin(ControllerCore):
                   suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=cmd.host,
                   device=paths[0], devices=paths, runtime_override=cmd.runtime_override, scale=cmd.scale,
                   live=cmd.live, priority=cmd.priority, not_before=cmd.not_before, expires_at=cmd.expires_at,
-                  state=str(RunState.QUEUED), submitted_at=self.clock())
+                  state=str(RunState.QUEUED), submitted_at=self.clock(), submitted_by=actor,
+                  max_rounds=cmd.max_rounds, rerun_count=0)
         smallest = min((dev.size_bytes for dev in named), default=None)   # an app suite's OP footprint
         for p in plan(suite, paths, runtime=cmd.runtime_override, scale=cmd.scale, device_bytes=smallest):
             first_round = p.kind == "precondition"
@@ -173,11 +218,11 @@ class CommandsMixin(ControllerCore):
                                   workload=p.workload.model_dump(mode="json") if p.workload else None,
                                   job_text=p.job_text, state=str(StepState.PENDING)))
         s.add(run)
-        log.info("run queued: suite %s, %d steps on %s:%s", suite.name, len(run.steps), cmd.host,
-                 ",".join(paths), extra={"run": run.id, "host": cmd.host})
+        log.info("run queued: suite %s, %d steps on %s:%s (submitted by %s)", suite.name, len(run.steps), cmd.host,
+                 ",".join(paths), actor, extra={"run": run.id, "host": cmd.host})
         return Reply(ok=True, run_id=cmd.run_id)
 
-    def _submit_network(self, s: Session, cmd: Submit, suite: Suite) -> Reply:
+    def _submit_network(self, s: Session, cmd: Submit, suite: Suite, actor: str) -> Reply:
         """A network run: its hosts are the target and the initiators; a step per host and cell."""
         net = suite.network
         assert net is not None
@@ -186,7 +231,8 @@ class CommandsMixin(ControllerCore):
                   suite_text=cmd.suite_text, suite_sha256=suite.sha256, host=hosts.target, device="net",
                   devices=[], topology=netgroups.topology(suite, hosts), runtime_override=cmd.runtime_override,
                   scale=cmd.scale, live=cmd.live, priority=cmd.priority, not_before=cmd.not_before,
-                  expires_at=cmd.expires_at, state=str(RunState.QUEUED), submitted_at=self.clock())
+                  expires_at=cmd.expires_at, state=str(RunState.QUEUED), submitted_at=self.clock(),
+                  submitted_by=actor, rerun_count=0)
         index = {h: i for i, h in enumerate(hosts.all)}
         for p in plan(suite, [], runtime=cmd.runtime_override, scale=cmd.scale, net_hosts=hosts):
             assert p.host is not None and p.workload is not None
@@ -264,7 +310,7 @@ class CommandsMixin(ControllerCore):
                 run_id = new_run_id()
                 cmd = Submit.model_validate({**sch.submit, "run_id": run_id, "reply_to": "",
                                              "expires_at": now + sch.expires_after_s if sch.expires_after_s else None})
-                reply = self._submit_in(s, cmd)
+                reply = self._submit_in(s, cmd, f"schedule:{sch.name}"[:64])
                 sch.last_fired_at, sch.next_fire_at = now, next_fire(sch.cron, now)
                 if reply.ok:
                     sch.last_run_id, sch.last_error = run_id, ""

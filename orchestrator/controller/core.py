@@ -99,7 +99,7 @@ class ControllerCore:
         att.state, att.reason, att.ended_at = str(StepState.FAILED), reason, self.clock()
         step.state = str(check_step("step", step.id, step.state, StepState.PENDING))
         limit = retries.policy_of(run).max_attempts
-        step.reason = f"retrying ({cause}): attempt {att.number} of {limit} failed: {reason}"
+        step.reason = f"retrying ({cause}): attempt {retries.attempts_counted(run, step)} of {limit} failed: {reason}"
         purge = retries.repurge_step(run, step)
         if purge is not None:
             run.steps.append(purge)

@@ -33,6 +33,7 @@ from labcontract.protocol import (
     HOST_RE,
     PROTOCOL_VERSION,
     REPLY_TO_RE,
+    WEB_COMMANDS_STREAM,
     OtherVersion,
     Register,
     decode_event,
@@ -55,6 +56,7 @@ DEADLETTER_RAW_BYTES = 4096     # of a refused entry, this much is kept
 DISCOVER_EVERY_S = 2.0          # SCAN for new agents' streams this often
 LOG_EVERY_S = 60.0              # a refusal of one kind is logged at warning once per interval
 Entry = tuple[str, dict[bytes, bytes]]
+COMMAND_STREAMS = frozenset({COMMANDS_STREAM, WEB_COMMANDS_STREAM})   # labctl's, the web service's (protocol 7)
 
 
 def transient(e: BaseException) -> bool:
@@ -174,7 +176,7 @@ class Streams:
         now = self.clock()
         if not force and self._scanned_at is not None and now - self._scanned_at < DISCOVER_EVERY_S:
             return
-        found = {COMMANDS_STREAM, EVENTS_STREAM} | {EVENTS_STREAM_PREFIX + h for h in hosts() if HOST_RE.fullmatch(h)}
+        found = {*COMMAND_STREAMS, EVENTS_STREAM} | {EVENTS_STREAM_PREFIX + h for h in hosts() if HOST_RE.fullmatch(h)}
         for key in self.redis.scan_iter(match=EVENTS_STREAM_PREFIX + "*", count=1000, _type="stream"):
             name = key.decode(errors="replace") if isinstance(key, bytes) else str(key)
             host = host_of(name)
@@ -262,9 +264,10 @@ class Intake:
                 return
             got = sum(len(entries) for _stream, entries in batches)
             self._replay = True
-            self.events([(stream, entries) for stream, entries in batches if stream != COMMANDS_STREAM and entries])
+            self.events([(stream, entries) for stream, entries in batches
+                         if stream not in COMMAND_STREAMS and entries])
             for stream, entries in batches:
-                if stream == COMMANDS_STREAM:
+                if stream in COMMAND_STREAMS:
                     for entry in entries:
                         self.command(stream, entry)
             self._replay = False
@@ -340,7 +343,7 @@ class Intake:
 
     def command(self, stream: str, entry: Entry) -> None:
         try:
-            self.ctl.handle_command(_data(entry[1]))
+            self.ctl.handle_command(_data(entry[1]), stream)
         except Exception as e:
             if transient(e):
                 raise
@@ -382,4 +385,5 @@ def _data(fields: dict[bytes, bytes]) -> bytes:
     return raw
 
 
-__all__ = ["CONSUMER", "Intake", "Register", "Streams", "transient", "valid_reply_to", "wrong_version"]
+__all__ = ["COMMAND_STREAMS", "CONSUMER", "Intake", "Register", "Streams", "transient", "valid_reply_to",
+           "wrong_version"]

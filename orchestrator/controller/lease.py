@@ -292,12 +292,29 @@ def _view(row: ControllerLease) -> LeaseView:
     return LeaseView(holder=row.holder, token=row.token, renewed_at=row.renewed_at, expires_at=row.expires_at)
 
 
+def view_in(s: Session) -> LeaseView | None:
+    """The lease as the store has it; None when no controller ever ran on this store."""
+    row = s.scalar(select(ControllerLease).where(ControllerLease.name == LEASE_NAME))
+    return None if row is None else _view(row)
+
+
 def current(sessions: sessionmaker[Session]) -> LeaseView | None:
-    """The lease as the store has it (for labctl); None when no controller ever ran on this store."""
+    """The lease as the store has it (for labctl and the web service); None when no controller ever ran here."""
     with sessions() as s:
-        row = s.scalar(select(ControllerLease).where(ControllerLease.name == LEASE_NAME))
-        return None if row is None else _view(row)
+        return view_in(s)
 
 
-__all__ = ["DEFAULT_TTL_S", "Lease", "LeaseHeld", "LeaseLost", "LeaseView", "current", "make_holder",
-           "migration_lock", "take_lease"]
+def absence(lease: LeaseView | None, now: float) -> str | None:
+    """Why no controller is working the queue, from its lease; None while one holds a live lease."""
+    if lease is None:
+        return "no controller ever ran on this store"
+    if lease.expires_at <= 0:
+        return f"controller {lease.holder} stopped {now - lease.renewed_at:.0f}s ago"
+    if now - lease.renewed_at > DEFAULT_TTL_S:
+        return (f"controller {lease.holder} last renewed its lease {now - lease.renewed_at:.0f}s ago (it renews "
+                "it every few seconds: it is down, stuck, or cannot reach its store)")
+    return None
+
+
+__all__ = ["DEFAULT_TTL_S", "Lease", "LeaseHeld", "LeaseLost", "LeaseView", "absence", "current", "make_holder",
+           "migration_lock", "take_lease", "view_in"]

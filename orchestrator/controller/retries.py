@@ -20,10 +20,18 @@ def policy_of(run: Run) -> Retry:
     return suite_of(run).retry
 
 
+def attempts_counted(run: Run, step: Step) -> int:
+    """The step's attempts the policy counts: since the run's last rerun (a rerun starts the count again; the
+    earlier attempts stay as the step's history)."""
+    if run.rerun_at is None:
+        return len(step.attempts)
+    return sum(1 for a in step.attempts if a.dispatched_at is None or a.dispatched_at >= run.rerun_at)
+
+
 def should_retry(run: Run, att: Attempt, cause: RetryCause | None) -> bool:
     policy = policy_of(run)
     return (cause is not None and cause in policy.when and att.step.kind in IDEMPOTENT_KINDS
-            and len(att.step.attempts) < policy.max_attempts)
+            and attempts_counted(run, att.step) < policy.max_attempts)
 
 
 def repurge_step(run: Run, step: Step) -> Step | None:

@@ -60,7 +60,8 @@ def broker_acl(
     admin: Annotated[bool, typer.Option(help="Also an 'admin' user with every right (for the operator's "
                                              "maintenance; the daemons never use it).")] = False,
 ) -> None:
-    """Write the broker's ACL file (default user off, controller, agent-<host>, labctl) and the users'
+    """Write the broker's ACL file (default user off, controller, agent-<host>, labctl, web: the web service and
+    labctl's token commands) and the users'
     password files. Only SHA-256 hashes of the passwords go into the ACL file; re-running keeps the
     passwords already written (add a host: run again with it)."""
     host_list = [h.strip() for h in hosts.split(",") if h.strip()]

@@ -19,6 +19,7 @@ from orchestrator.labctl.common import State, checked_reply, fail, fails_cleanly
 from orchestrator.labctl.common import sessions_or_fail as _sessions
 from orchestrator.labctl.hosts import hosts_app
 from orchestrator.labctl.reports import add_report_commands
+from orchestrator.labctl.tokens import token_app
 
 app = typer.Typer(help="Storage test-lab orchestrator: suites -> runs on lab hosts -> results.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -28,6 +29,7 @@ app.add_typer(suite_app, name="suite")
 app.add_typer(run_app, name="run")
 app.add_typer(hosts_app, name="hosts")
 app.add_typer(broker_app, name="broker")
+app.add_typer(token_app, name="token")
 add_report_commands(app)   # compare, report, export
 
 @app.callback()
@@ -151,6 +153,9 @@ def submit(
                                                 "or YYYY-MM-DD HH:MM.")] = None,
     expires_after: Annotated[str | None, typer.Option(help="Expire the run if it has not started this long after "
                                                            "submission (or after --at): e.g. 12h.")] = None,
+    max_rounds: Annotated[int | None, typer.Option(min=1, max=100_000, help="Stop preconditioning after this many "
+                                                                            "rounds (caps the suite's max_rounds)."
+                                                   )] = None,
 ) -> None:
     """Queue a suite on a host's device(s); prints the run id."""
     import time as _time
@@ -181,11 +186,13 @@ def submit(
         raise SubmissionError(e.source, [*e.problems, *problems]) from None
     if suite.network is None and host is None:
         problems.append(Problem("--host", "required (the host whose DUTs the suite runs on)"))
+    if max_rounds is not None and suite.phases.precondition is None:
+        problems.append(Problem("--max-rounds", f"suite {suite.name} has no precondition phase to cap"))
     if problems:
         raise SubmissionError(suite.source, problems)
     run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(
         suite, host or "", devices, runtime, scale, live, priority=priority, not_before=not_before,
-        expires_at=expires_at, initiators=initiators)
+        expires_at=expires_at, initiators=initiators, max_rounds=max_rounds)
     if reply is None:
         print("warning: the controller has not answered yet; the submission waits in the broker",
               file=sys.stderr)
@@ -230,6 +237,13 @@ def pause(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'la
 def resume(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
     """Resume a paused run."""
     _run_command(run, "resumed", lambda client, rid: client.resume(rid))
+
+
+@app.command()
+@fails_cleanly
+def rerun(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
+    """Run again the failed and cancelled steps of a run that ended (its other steps keep their results)."""
+    _run_command(run, "queued again", lambda client, rid: client.rerun(rid))
 
 
 def _run_command(run: str, done: str, send: Callable[[Any, str], Any]) -> None:
@@ -287,20 +301,13 @@ def queue() -> None:
 
 def controller_unreachable(db: Any, now: float) -> str | None:
     """Why the controller is not working the queue (its lease, orchestrator.controller.lease), or None when it is."""
-    from orchestrator.controller.lease import DEFAULT_TTL_S, current
+    from orchestrator.controller.lease import absence, current
 
     try:
         lease = current(db)
     except Exception:             # a store from before the lease (no table): cannot tell
         return None
-    if lease is None:
-        return "no controller ever ran on this store"
-    if lease.expires_at <= 0:
-        return f"controller {lease.holder} stopped {now - lease.renewed_at:.0f}s ago"
-    if now - lease.renewed_at > DEFAULT_TTL_S:
-        return (f"controller {lease.holder} last renewed its lease {now - lease.renewed_at:.0f}s ago (it renews "
-                "it every few seconds: it is down, stuck, or cannot reach its store)")
-    return None
+    return absence(lease, now)
 
 
 @app.command()
@@ -488,6 +495,24 @@ def analyze_steady_state(
 
 
 # --- daemons ------------------------------------------------------------------------------------
+
+@app.command()
+@fails_cleanly
+def serve(
+    bind: Annotated[str, typer.Option(help="Address to listen on (behind a TLS proxy: keep 127.0.0.1).")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8080,
+    secret_file: Annotated[Path | None, typer.Option(help="HMAC key of the session cookies (made 0600 if "
+                                                          "missing; default: LAB_DIR/web/session.key).")] = None,
+    cookie_secure: Annotated[bool, typer.Option(help="Send the session cookie over HTTPS only.")] = False,
+    log_level: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """Run the web service (REST API and pages) on the store and the broker; --broker names the user web."""
+    from orchestrator.cmd.web import config_from, main
+
+    main(config_from(State.config, bind=bind, port=port, secret_file=secret_file, cookie_secure=cookie_secure),
+         log_level=log_level)
+
 
 @app.command()
 @fails_cleanly

@@ -1,14 +1,17 @@
-"""What the CLI does against a running lab: validate, submit and cancel through the controller.
+"""What the CLI (and the web service) does against a running lab: validate, submit and cancel through the
+controller.
 
 The CLI never writes the store; it sends commands on the controller's stream and waits for
-the answer. Reads (runs, hosts) go to the store directly, read-only.
+the answer. Reads (runs, hosts) go to the store directly, read-only. Token commands, and every command of the
+web service, go on the web service's stream (broker user ``web``), whose commands' actor the controller records.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -19,17 +22,22 @@ from labcontract.protocol import (
     COMMANDS_STREAM,
     PROTOCOL_VERSION,
     REPLY_PREFIX,
+    WEB_COMMANDS_STREAM,
     Cancel,
     Message,
     Pause,
     Release,
     Reply,
+    Rerun,
     Resume,
     ScheduleAdd,
     ScheduleRemove,
     Submit,
+    TokenCreate,
+    TokenRevoke,
 )
 from labcontract.suite import Suite, load_suite
+from labcontract.transport import SOCKET_TIMEOUT
 from orchestrator.controller import new_run_id, submission_problems
 from orchestrator.netgroups import net_problems
 
@@ -38,23 +46,30 @@ def check_submission(ref: str, host: str, devices: Sequence[str],
                      sessions: sessionmaker[Session] | None, initiators: Sequence[str] = ()) -> Suite:
     """Every problem with a submission at once: the suite's and the target's (a network suite: its
     target, initiators and paths)."""
+    return checked_submission(lambda: load_suite(ref), ref, host, devices, sessions, initiators)
+
+
+def checked_submission(load: Callable[[], Suite], source: str, host: str, devices: Sequence[str],
+                       sessions: sessionmaker[Session] | None, initiators: Sequence[str] = (), *,
+                       keys: tuple[str, str] = ("--device", "--initiator")) -> Suite:
+    """:func:`check_submission` for a suite ``load`` returns (a file, a built-in, text from a form); ``keys``
+    name the device and initiator inputs in the problems (options for the CLI, fields for the web)."""
     problems: list[Problem] = []
     suite = None
-    source = ref
     try:
-        suite = load_suite(ref)
+        suite = load()
         source = suite.source
     except SuiteError as e:
         problems += e.problems
         source = e.source
     if suite is not None and suite.network is not None:
         if devices:
-            problems.append(Problem("--device", "a network suite measures paths, not DUTs: name no device"))
+            problems.append(Problem(keys[0], "a network suite measures paths, not DUTs: name no device"))
         if sessions is not None:
             with sessions() as s:
                 problems += net_problems(s, suite, host or None, initiators)
     elif initiators:
-        problems.append(Problem("--initiator", "only a network suite (key network) takes initiators"))
+        problems.append(Problem(keys[1], "only a network suite (key network) takes initiators"))
     elif sessions is not None:
         with sessions() as s:
             problems += submission_problems(s, host, devices, suite)
@@ -83,14 +98,45 @@ def parse_reply(raw: str | bytes) -> Reply:
         raise ServiceError(f"the controller's reply is malformed: {e}") from e
 
 
+BLPOP_SLICE_S = max(SOCKET_TIMEOUT - 3, 1)    # each blocking wait well within the client's socket timeout
+
+
+def wait_reply(client: redis.Redis, reply_to: str, timeout_s: float) -> Any:
+    """The controller's reply on ``reply_to`` within ``timeout_s``, else None. Waited in slices: one blocking pop
+    as long as the socket timeout would end in the client's TimeoutError (taken for a broker that cannot be
+    reached) instead of the silence it is."""
+    got: Any = None
+    deadline = time.monotonic() + timeout_s
+    while got is None and (left := deadline - time.monotonic()) > 0:
+        got = client.blpop([reply_to], timeout=max(min(left, BLPOP_SLICE_S), 0.05))
+    return got
+
+
+def _reply_to() -> str:
+    return REPLY_PREFIX + uuid.uuid4().hex
+
+
+WEB_USER_HINT = "token commands need the broker user web (--broker redis://web@...)"
+
+
 class ControllerClient:
-    def __init__(self, client: redis.Redis, *, timeout_s: float = 30) -> None:
-        self.redis, self.timeout_s = client, timeout_s
+    """Sends commands on ``stream`` (labctl's :data:`COMMANDS_STREAM`, or the web service's
+    :data:`WEB_COMMANDS_STREAM`, which only broker user ``web`` may write), each naming ``actor``, and waits up to
+    ``timeout_s`` for the controller's reply (None: no answer in time)."""
+
+    def __init__(self, client: redis.Redis, timeout_s: float = 30, *, stream: str = COMMANDS_STREAM,
+                 actor: str | None = None) -> None:
+        if stream not in (COMMANDS_STREAM, WEB_COMMANDS_STREAM):
+            raise ValueError(f"not a commands stream: {stream!r}")
+        self.redis, self.timeout_s, self.stream, self.actor = client, timeout_s, stream, actor
 
     def _call(self, cmd: Message, reply_to: str) -> Reply | None:
         try:
-            self.redis.xadd(COMMANDS_STREAM, {"data": cmd.model_dump_json()})
-            got = self.redis.blpop([reply_to], timeout=self.timeout_s)
+            self.redis.xadd(self.stream, {"data": cmd.model_dump_json()})
+            got = wait_reply(self.redis, reply_to, self.timeout_s)
+        except redis.exceptions.NoPermissionError as e:
+            hint = f"; {WEB_USER_HINT}" if self.stream == WEB_COMMANDS_STREAM else ""
+            raise ServiceError(f"the broker refused the command on {self.stream} ({e}){hint}") from e
         except (redis.ConnectionError, redis.TimeoutError) as e:
             raise ServiceError(f"cannot reach the broker: {e}") from e
         if got is None:
@@ -100,13 +146,14 @@ class ControllerClient:
     def submit(self, suite: Suite, host: str, devices: Sequence[str], runtime: int | None = None,
                scale: float | None = None, live: bool = True, *, priority: int = 0,
                not_before: float | None = None, expires_at: float | None = None,
-               initiators: Sequence[str] = ()) -> tuple[str, Reply | None]:
-        run_id = new_run_id()
-        reply_to = REPLY_PREFIX + uuid.uuid4().hex
+               initiators: Sequence[str] = (), max_rounds: int | None = None,
+               run_id: str | None = None) -> tuple[str, Reply | None]:
+        run_id = run_id or new_run_id()
+        reply_to = _reply_to()
         cmd = Submit(run_id=run_id, suite_source=suite.source, suite_text=suite.source_text, host=host,
                      devices=tuple(devices), initiators=tuple(initiators), runtime_override=runtime, scale=scale,
-                     live=live, priority=priority,
-                     not_before=not_before, expires_at=expires_at, reply_to=reply_to)
+                     live=live, priority=priority, not_before=not_before, expires_at=expires_at,
+                     max_rounds=max_rounds, actor=self.actor, reply_to=reply_to)
         reply = self._call(cmd, reply_to)
         if reply is not None and not reply.ok:
             raise SubmissionError(suite.source, [Problem("", e) for e in reply.errors])
@@ -114,30 +161,45 @@ class ControllerClient:
 
     def schedule_add(self, name: str, cron: str, suite: Suite, host: str, devices: Sequence[str], *,
                      runtime: int | None = None, scale: float | None = None, live: bool = True, priority: int = 0,
-                     expires_after_s: int | None = None) -> Reply | None:
-        reply_to = REPLY_PREFIX + uuid.uuid4().hex
+                     expires_after_s: int | None = None, max_rounds: int | None = None) -> Reply | None:
+        reply_to = _reply_to()
         template = Submit(run_id="-", suite_source=suite.source, suite_text=suite.source_text, host=host,
                           devices=tuple(devices), runtime_override=runtime, scale=scale, live=live, priority=priority,
-                          reply_to="-")
+                          max_rounds=max_rounds, reply_to="-")
         return self._call(ScheduleAdd(name=name, cron=cron, submit=template, expires_after_s=expires_after_s,
-                                      reply_to=reply_to), reply_to)
+                                      actor=self.actor, reply_to=reply_to), reply_to)
 
     def schedule_rm(self, name: str) -> Reply | None:
-        reply_to = REPLY_PREFIX + uuid.uuid4().hex
-        return self._call(ScheduleRemove(name=name, reply_to=reply_to), reply_to)
+        reply_to = _reply_to()
+        return self._call(ScheduleRemove(name=name, actor=self.actor, reply_to=reply_to), reply_to)
 
     def pause(self, run_id: str) -> Reply | None:
-        reply_to = REPLY_PREFIX + uuid.uuid4().hex
-        return self._call(Pause(run_id=run_id, reply_to=reply_to), reply_to)
+        reply_to = _reply_to()
+        return self._call(Pause(run_id=run_id, actor=self.actor, reply_to=reply_to), reply_to)
 
     def resume(self, run_id: str) -> Reply | None:
-        reply_to = REPLY_PREFIX + uuid.uuid4().hex
-        return self._call(Resume(run_id=run_id, reply_to=reply_to), reply_to)
+        reply_to = _reply_to()
+        return self._call(Resume(run_id=run_id, actor=self.actor, reply_to=reply_to), reply_to)
+
+    def rerun(self, run_id: str) -> Reply | None:
+        reply_to = _reply_to()
+        return self._call(Rerun(run_id=run_id, actor=self.actor, reply_to=reply_to), reply_to)
 
     def release(self, host: str, device: str | None) -> Reply | None:
-        reply_to = REPLY_PREFIX + uuid.uuid4().hex
-        return self._call(Release(host=host, device=device, reply_to=reply_to), reply_to)
+        reply_to = _reply_to()
+        return self._call(Release(host=host, device=device, actor=self.actor, reply_to=reply_to), reply_to)
 
     def cancel(self, run_id: str, reason: str) -> Reply | None:
-        reply_to = REPLY_PREFIX + uuid.uuid4().hex
-        return self._call(Cancel(run_id=run_id, reason=reason, reply_to=reply_to), reply_to)
+        reply_to = _reply_to()
+        return self._call(Cancel(run_id=run_id, reason=reason, actor=self.actor, reply_to=reply_to), reply_to)
+
+    def token_create(self, name: str, role: str, token_sha256: str, expires_at: float | None) -> Reply | None:
+        """Only the token's hash is sent (the token itself never leaves where it was made)."""
+        reply_to = _reply_to()
+        cmd = TokenCreate.model_validate({"name": name, "role": role, "token_sha256": token_sha256,
+                                          "expires_at": expires_at, "actor": self.actor, "reply_to": reply_to})
+        return self._call(cmd, reply_to)
+
+    def token_revoke(self, name: str) -> Reply | None:
+        reply_to = _reply_to()
+        return self._call(TokenRevoke(name=name, actor=self.actor, reply_to=reply_to), reply_to)

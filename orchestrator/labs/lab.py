@@ -26,6 +26,7 @@ from labcontract.brokerauth import (
     ADMIN,
     CONTROLLER,
     LABCTL,
+    WEB,
     SecretDir,
     acl_args,
     acl_rules,
@@ -111,6 +112,7 @@ class Lab:
     broker_url: str | None = None          # the controller's URL (the tests act with its rights)
     admin_url: str | None = None           # ACL user ``admin`` (the lab's own: ACL SETUSER of new hosts)
     labctl_url: str | None = None          # ACL user ``labctl``
+    web_url: str | None = None             # ACL user ``web`` (the web service; labctl's token commands)
     _redis_argv: list[str] = field(default_factory=list)
     _base_url: str | None = None           # the broker's URL without a user
     _secrets: SecretDir | None = None
@@ -174,6 +176,7 @@ class Lab:
         self._base_url = url
         self.admin_url = self.user_url(ADMIN)
         self.labctl_url = self.user_url(LABCTL)
+        self.web_url = self.user_url(WEB)
         self._redis_argv = argv
         self._spawn_redis(self.admin_url)
         self.broker_url = self.user_url(CONTROLLER)

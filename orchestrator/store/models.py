@@ -84,7 +84,8 @@ class Device(Base):
 
 class Run(Base):
     __tablename__ = "runs"
-    __table_args__ = (Index("ix_runs_state", "state"),)
+    __table_args__ = (Index("ix_runs_state", "state"),
+                      Index("ix_runs_submitted_at_id", "submitted_at", "id"))    # the web's keyset pages
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     suite_name: Mapped[str] = mapped_column(String(128))
@@ -108,6 +109,11 @@ class Run(Base):
     ended_at: Mapped[float | None] = mapped_column(Float)
     # a network run: {"target", "initiators", "paths", "tool", ...}; None for a run on a host's DUTs
     topology: Mapped[dict[str, Any] | None] = mapped_column()
+    # schema 0011: who submitted it ("labctl", "token:<name>" from the web service, "schedule:<name>")
+    submitted_by: Mapped[str] = mapped_column(String(64), default="")
+    max_rounds: Mapped[int | None] = mapped_column(Integer)       # caps the suite's precondition rounds
+    rerun_count: Mapped[int] = mapped_column(Integer, default=0)  # times its failed steps were run again
+    rerun_at: Mapped[float | None] = mapped_column(Float)         # the last rerun (retries count attempts since)
     steps: Mapped[list[Step]] = relationship(back_populates="run", order_by="[Step.seq, Step.round]",
                                              cascade="all, delete-orphan")
 
@@ -289,6 +295,21 @@ class Schedule(Base):
     last_run_id: Mapped[str | None] = mapped_column(String(32))
     last_error: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class ApiToken(Base):
+    """An API token of the web service: only its SHA-256 is stored (tokens are 256-bit random: no slow hash is
+    needed). Written by the controller only (TokenCreate / TokenRevoke from the web service's stream)."""
+
+    __tablename__ = "api_tokens"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))                 # viewer | engineer | admin
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    created_by: Mapped[str] = mapped_column(String(64), default="")
+    expires_at: Mapped[float | None] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
 
 
 class ControllerLease(Base):

@@ -35,7 +35,8 @@ def test_the_acl_file_has_default_off_hashed_passwords_only_and_one_user_per_hos
     text = render_acl(passwords)
     lines = text.splitlines()
     assert lines[0].startswith("user default off ")
-    assert [ln.split()[1] for ln in lines] == ["default", "admin", "controller", "labctl", "agent-h1", "agent-h2"]
+    assert [ln.split()[1] for ln in lines] == ["default", "admin", "controller", "labctl", "web", "agent-h1",
+                                                 "agent-h2"]
     for user, pw in passwords.items():
         assert pw not in text
         assert f"#{hashlib.sha256(pw.encode()).hexdigest()}" in text

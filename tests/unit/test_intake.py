@@ -152,8 +152,8 @@ def test_truncated_trailing_and_missized_artifacts_are_refused() -> None:
 
 # --- decoding: every failure a ProtocolError, sizes bounded ---------------------------------------------------
 
-@pytest.mark.parametrize("raw", ["[1,2,3]", "null", '"a string"', "{}", '{"v": 6}', "{not json",
-                                 b"\xff\xfe\x00", '{"v": 6, "type": "nope"}', "1e999999"])
+@pytest.mark.parametrize("raw", ["[1,2,3]", "null", '"a string"', "{}", '{"v": 7}', "{not json",
+                                 b"\xff\xfe\x00", '{"v": 7, "type": "nope"}', "1e999999"])
 def test_any_entry_decodes_or_is_a_protocol_error(raw: str | bytes) -> None:
     with pytest.raises(ProtocolError):
         decode_event(raw)
@@ -183,13 +183,13 @@ def test_reply_to_names_only_a_reply_list() -> None:
 
 def test_poison_commands_are_refused_with_a_reply_when_one_can_be_sent(fake: Any) -> None:
     (ctl, *_), r, _intake = fake
-    for raw in ("[1,2,3]", "null", '"x"', '{"v": 6, "run_id": "r"}', '{"v": 6, "type": "submit", "reply_to": '
+    for raw in ("[1,2,3]", "null", '"x"', '{"v": 7, "run_id": "r"}', '{"v": 7, "type": "submit", "reply_to": '
                                                                        '"lab:commands"}'):
         with pytest.raises(ProtocolError):
             ctl.handle_command(raw)
     assert r.lists == {}                             # no reply list could be named: nothing pushed anywhere
     with pytest.raises(ProtocolError, match="malformed command"):
-        ctl.handle_command('{"v": 6, "type": "cancel", "reply_to": "lab:reply:r1"}')
+        ctl.handle_command('{"v": 7, "type": "cancel", "reply_to": "lab:reply:r1"}')
     (reply,) = r.lists["lab:reply:r1"]
     assert json.loads(reply)["ok"] is False and "run_id" in json.loads(reply)["errors"][0]
 

@@ -14,7 +14,7 @@ from alembic.migration import MigrationContext
 from orchestrator.store.db import alembic_config, make_engine, migrate
 from orchestrator.store.models import Base, Result, Run, Step
 
-HEAD = "0010"
+HEAD = "0011"
 
 
 def test_upgrade_from_0001_keeps_runs_and_steps(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_0010_backfills_kind_neutral_columns(tmp_path: Path) -> None:
     engine = _store_at_0009_with_a_fio_and_a_net_result(tmp_path / "r.sqlite")
     migrate(engine)
     with engine.connect() as c:
-        assert c.scalar(sa.text("SELECT version_num FROM alembic_version")) == "0010"
+        assert c.scalar(sa.text("SELECT version_num FROM alembic_version")) == HEAD
         assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
     with sa.orm.Session(engine) as s:
         fio, net = sorted(s.scalars(sa.select(Result)).all(), key=lambda r: r.step_id)
@@ -148,3 +148,28 @@ def test_0010_backfills_kind_neutral_columns(tmp_path: Path) -> None:
         assert [tuple(r) for r in rows] == [("r1-s000", "fio-3.33", 1500), ("r1-s001", "iscsi", 800),
                                             ("r1-s001", "pgbench", 0)]
         assert "kind" not in {col["name"] for col in sa.inspect(c).get_columns("results")}
+
+
+def test_0011_adds_tokens_and_run_columns_and_keeps_runs(tmp_path: Path) -> None:
+    """A run stored at 0010 reads back as submitted by nobody known (""), never rerun, uncapped; the token table
+    holds a hash once (unique); the downgrade drops both."""
+    from orchestrator.store.models import ApiToken
+
+    engine = _store_at_0009_with_a_fio_and_a_net_result(tmp_path / "r.sqlite")
+    command.upgrade(alembic_config(engine), "0010")
+    migrate(engine)
+    with engine.connect() as c:
+        assert c.scalar(sa.text("SELECT version_num FROM alembic_version")) == HEAD
+        assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+    with sa.orm.Session(engine) as s:
+        run = s.get(Run, "r1")
+        assert run is not None and (run.submitted_by, run.max_rounds, run.rerun_count) == ("", None, 0)
+        s.add(ApiToken(name="ci", role="engineer", token_sha256="a" * 64, created_at=1.0, created_by="labctl"))
+        s.commit()
+        s.add(ApiToken(name="ci2", role="viewer", token_sha256="a" * 64, created_at=2.0))
+        with pytest.raises(sa.exc.IntegrityError):
+            s.commit()
+    command.downgrade(alembic_config(engine), "0010")
+    with engine.connect() as c:
+        assert "submitted_by" not in {col["name"] for col in sa.inspect(c).get_columns("runs")}
+        assert "api_tokens" not in sa.inspect(c).get_table_names()

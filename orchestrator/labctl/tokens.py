@@ -1,0 +1,101 @@
+"""``labctl token``: API tokens of the web service. A token is made here (orchestrator.tokens.new_token), only its
+SHA-256 is sent to the controller, and it is printed once; the commands go on the web service's stream, which
+only the broker user ``web`` may write, so they need that user's URL (``--broker redis://web@HOST/0`` and its
+password file)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from labcontract.errors import LabError
+from orchestrator.labctl.common import State, checked_reply, fails_cleanly, out
+from orchestrator.labctl.common import sessions_or_fail as _sessions
+
+if TYPE_CHECKING:
+    from orchestrator.labctl.client import ControllerClient
+
+token_app = typer.Typer(help="API tokens of the web service (need the broker user web: --broker "
+                             "redis://web@...).", no_args_is_help=True)
+ADMIN_ACTOR = "labctl-admin"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _client() -> ControllerClient:
+    from labcontract.protocol import WEB_COMMANDS_STREAM
+    from labcontract.transport import redis_client
+    from orchestrator.labctl.client import ControllerClient
+
+    return ControllerClient(redis_client(State.config.broker_url), stream=WEB_COMMANDS_STREAM, actor=ADMIN_ACTOR)
+
+
+def _check_name(name: str) -> None:
+    if not NAME_RE.fullmatch(name):
+        raise LabError(f"--name {name[:80]!r}: 1-64 letters, digits, '.', '_' or '-', starting with a letter or "
+                       "digit")
+
+
+@token_app.command("create")
+@fails_cleanly
+def token_create(
+    name: Annotated[str, typer.Option(help="Token name (who or what uses it: e.g. ci, alice).")],
+    role: Annotated[str, typer.Option(help="viewer (read), engineer (+ submit, cancel, rerun...) or admin "
+                                           "(+ hosts, schedules, tokens).")],
+    expires_in: Annotated[str | None, typer.Option(help="Expire after this long, e.g. 30d, 12h (default: "
+                                                        "never).")] = None,
+) -> None:
+    """Make a token and print it once (only its hash is stored: it cannot be shown again)."""
+    from labcontract.units import parse_duration
+    from orchestrator.tokens import ROLES, new_token, token_hash
+
+    _check_name(name)
+    if role not in ROLES:
+        raise LabError(f"--role {role[:40]!r}: one of {', '.join(ROLES)}")
+    expires_at = None
+    if expires_in is not None:
+        try:
+            seconds = parse_duration(expires_in)
+        except ValueError as e:
+            raise LabError(f"--expires-in: {e}") from None
+        if seconds <= 0:
+            raise LabError("--expires-in: must be longer than 0s")
+        expires_at = time.time() + seconds
+    token = new_token()
+    checked_reply(_client().token_create(name, role, token_hash(token), expires_at))
+    print(f"token {name} ({role}) created; it is shown only now:", file=sys.stderr)
+    print(token)
+
+
+@token_app.command("list")
+@fails_cleanly
+def token_list() -> None:
+    """Tokens with their role, creation, expiry and revocation (never a hash nor a token)."""
+    from sqlalchemy import select
+
+    from orchestrator.store.models import ApiToken
+
+    def when(t: float | None) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+
+    now = time.time()
+    table = Table("token", "role", "created", "by", "expires", "revoked", "state")
+    with _sessions()() as s:
+        for t in s.scalars(select(ApiToken).order_by(ApiToken.name)):
+            state = "revoked" if t.revoked_at else "expired" if t.expires_at and t.expires_at <= now else "active"
+            table.add_row(t.name, t.role, when(t.created_at), t.created_by or "-", when(t.expires_at),
+                          when(t.revoked_at), state)
+    out.print(table)
+
+
+@token_app.command("revoke")
+@fails_cleanly
+def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")]) -> None:
+    """Revoke a token: every request with it is refused from now on."""
+    _check_name(name)
+    checked_reply(_client().token_revoke(name))
+    print(f"token {name} revoked")

@@ -1,0 +1,59 @@
+"""The lab at a glance (viewer): who am I, the queue with the scheduler's reasons, the hosts and their health,
+the schedules, the built-in suites."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from fastapi import APIRouter, Request
+
+from labcontract.suite import builtin_suites
+from orchestrator.web import queries
+from orchestrator.web.api.common import principal, route, store
+from orchestrator.web.api.models import HostOut, QueueEntry, ScheduleOut, SuiteOut, WhoAmI
+
+router = APIRouter(prefix="/api", tags=["lab"])
+
+
+@route(router, "GET", "/whoami", "viewer", response_model=WhoAmI)
+def whoami(request: Request) -> WhoAmI:
+    p = principal(request)
+    return WhoAmI(name=p.name, role=p.role)
+
+
+@route(router, "GET", "/queue", "viewer", response_model=list[QueueEntry])
+def queue(request: Request) -> list[QueueEntry]:
+    """Runs not ended: started first, then by priority; ``status`` is what the scheduler says of each
+    (``labctl queue``), or that the controller is unreachable."""
+    with store(request) as s:
+        gone = queries.controller_gone(s)
+        return [QueueEntry.model_validate(q) for q in queries.queue(s, controller_gone=gone)]
+
+
+@route(router, "GET", "/hosts", "viewer", response_model=list[HostOut])
+def hosts(request: Request) -> list[HostOut]:
+    """Every host with its state, health checks, quarantine and DUTs."""
+    with store(request) as s:
+        return [HostOut.model_validate(h) for h in queries.list_hosts(s)]
+
+
+@route(router, "GET", "/schedules", "viewer", response_model=list[ScheduleOut])
+def schedules(request: Request) -> list[ScheduleOut]:
+    with store(request) as s:
+        return [ScheduleOut.model_validate(x) for x in queries.list_schedules(s)]
+
+
+@functools.lru_cache(maxsize=1)
+def _suites() -> tuple[tuple[str, str], ...]:
+    out = []
+    for name, path in builtin_suites().items():
+        m = re.search(r"^description:\s*(.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
+        out.append((name, m.group(1).strip().strip("'\"") if m else ""))
+    return tuple(out)
+
+
+@route(router, "GET", "/suites", "viewer", response_model=list[SuiteOut])
+def suites(request: Request) -> list[SuiteOut]:
+    """The built-in suites a submission may name (``labctl suite list``)."""
+    return [SuiteOut(name=n, description=d) for n, d in _suites()]

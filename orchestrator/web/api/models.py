@@ -1,0 +1,239 @@
+"""The answers and bodies of the API (pydantic), so /openapi.json documents every route's shape.
+
+Bodies are closed (``extra="forbid"``) and bounded: every string has a length, every number a range, every
+list a size, as the controller's own command models (labcontract.protocol) bound them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from labcontract.protocol import MAX_ROUNDS_CAP
+from labcontract.suite import MAX_RUNTIME_S, MAX_SUITE_BYTES
+
+Value = str | int | float | bool | None
+Epoch = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
+HostName = Annotated[str, Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$")]
+StartHost = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+DeviceRef = Annotated[str, Field(pattern=r"^[A-Za-z0-9/_.:+@,=-]{1,512}$")]
+TokenName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+class Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WhoAmI(BaseModel):
+    name: str
+    role: str
+
+
+class RunSummary(BaseModel):
+    id: str
+    suite: str
+    host: str
+    devices: list[str]
+    state: str
+    reason: str
+    priority: int
+    submitted_at: float
+    started_at: float | None
+    ended_at: float | None
+    steps_done: int
+    steps_total: int
+    submitted_by: str
+    max_rounds: int | None = None
+    rerun_count: int = 0
+
+
+class RunPage(BaseModel):
+    runs: list[RunSummary]
+    next: str | None = Field(description="pass as ``before`` for the next (older) page; null on the last")
+
+
+class AttemptOut(BaseModel):
+    id: str
+    number: int
+    state: str
+    host: str
+    started_at: float | None
+    ended_at: float | None
+    rc: int | None
+
+
+class StepOut(BaseModel):
+    id: str
+    seq: int
+    round: int
+    kind: str
+    name: str
+    cell: dict[str, Any]
+    state: str
+    reason: str
+    host: str
+    ended_at: float | None
+    attempts: list[AttemptOut]
+
+
+class RunOut(RunSummary):
+    steps: list[StepOut]
+    provenance: dict[str, Any]
+    suite_source: str
+    suite_sha256: str
+    topology: dict[str, Any] | None
+
+
+class ArtifactOut(BaseModel):
+    id: int
+    step_id: str
+    attempt_id: str
+    name: str
+    size: int
+    sha256: str
+
+
+class SeriesOut(BaseModel):
+    step: str
+    name: str
+    series: dict[str, Any]
+
+
+class HealthOut(BaseModel):
+    check: str
+    fails: int
+    detail: str
+    at: float | None
+
+
+class DeviceOut(BaseModel):
+    name: str
+    path: str
+    model: str | None
+    firmware: str | None
+    serial: str | None
+    size_bytes: int
+    quarantined: bool
+    reason: str
+    health: list[HealthOut]
+
+
+class HostOut(BaseModel):
+    name: str
+    state: Literal["up", "down", "quarantined", "incompatible"]
+    last_seen: float | None
+    quarantined: bool
+    reason: str
+    agent_version: str | None
+    health: list[HealthOut]
+    devices: list[DeviceOut]
+
+
+class QueueEntry(BaseModel):
+    run_id: str
+    suite: str
+    priority: int
+    target: str
+    state: str
+    steps_done: int
+    steps_total: int
+    status: str
+    submitted_by: str
+
+
+class ScheduleOut(BaseModel):
+    name: str
+    cron: str
+    suite: str
+    host: str
+    devices: list[str]
+    priority: int
+    expires_after_s: int | None
+    next_fire_at: float
+    last_fired_at: float | None
+    last_run_id: str | None
+    last_error: str
+    created_at: float
+
+
+class SuiteOut(BaseModel):
+    name: str
+    description: str = ""
+
+
+class TokenOut(BaseModel):
+    name: str
+    role: str
+    created_at: float
+    created_by: str
+    expires_at: float | None
+    revoked_at: float | None
+
+
+class NewToken(BaseModel):
+    name: str
+    role: str
+    token: str = Field(description="shown this once: only its SHA-256 is stored")
+    expires_at: float | None
+
+
+class SubmitBody(Closed):
+    """A suite (a built-in name, or a suite's YAML text) on a host's DUTs (or a network suite's target and
+    initiators), as ``labctl submit`` takes it."""
+
+    suite: Annotated[str, Field(max_length=128)] | None = None
+    suite_yaml: Annotated[str, Field(max_length=MAX_SUITE_BYTES)] | None = None
+    host: HostName = ""
+    devices: Annotated[list[DeviceRef], Field(max_length=256)] = []
+    initiators: Annotated[list[StartHost], Field(max_length=256)] = []
+    runtime: Annotated[int, Field(ge=1, le=MAX_RUNTIME_S)] | None = None
+    scale: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)] | None = None
+    priority: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] = 0
+    not_before: Epoch | None = None
+    expires_at: Epoch | None = None
+    max_rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS_CAP)] | None = None
+    live: bool = True
+
+
+class Submitted(BaseModel):
+    run_id: str
+
+
+class CancelBody(Closed):
+    reason: Annotated[str, Field(min_length=1, max_length=4096)] = "cancelled by user"
+
+
+class EmptyBody(Closed):
+    pass
+
+
+class ReleaseBody(Closed):
+    device: Annotated[str, Field(max_length=512)] | None = None
+
+
+class ScheduleBody(Closed):
+    name: TokenName
+    cron: Annotated[str, Field(min_length=1, max_length=256)]
+    suite: Annotated[str, Field(max_length=128)] | None = None
+    suite_yaml: Annotated[str, Field(max_length=MAX_SUITE_BYTES)] | None = None
+    host: HostName = ""
+    devices: Annotated[list[DeviceRef], Field(max_length=256)] = []
+    runtime: Annotated[int, Field(ge=1, le=MAX_RUNTIME_S)] | None = None
+    scale: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)] | None = None
+    priority: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] = 0
+    live: bool = True
+    expires_after_s: Annotated[int, Field(ge=0, le=10 * 365 * 86400)] | None = None
+
+
+class TokenBody(Closed):
+    name: TokenName
+    role: Literal["viewer", "engineer", "admin"]
+    expires_in_s: Annotated[int, Field(ge=60, le=10 * 365 * 86400)] | None = None
+
+
+class CommandDone(BaseModel):
+    ok: bool
+    run_id: str | None = None
+    name: str | None = None
+    message: str = ""

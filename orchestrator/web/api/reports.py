@@ -1,0 +1,56 @@
+"""A run's HTML report and comparisons of runs (viewer). HTML is drawn in a subprocess
+(orchestrator.web.render); a comparison as JSON or CSV is the same as ``labctl compare --format``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import HTMLResponse, Response
+
+from labcontract.errors import CompareError
+from orchestrator.web import queries
+from orchestrator.web.api.common import route, store
+from orchestrator.web.render import cache_path, render
+
+router = APIRouter(prefix="/api", tags=["reports"])
+MAX_COMPARE = 16
+
+
+def html_of(request: Request, kind: Literal["report", "compare"], run_ids: list[str]) -> str:
+    """The HTML report of runs (one: its report; several: the comparison), cached once they all ended.
+    Used by the API and the pages."""
+    cfg = request.app.state.web.cfg
+    with store(request) as s:
+        ended = [queries.get_run(s, rid).ended_at for rid in run_ids]
+    return render(kind, run_ids, store_url=cfg.store_url, artifact_dir=cfg.artifact_dir,
+                  cache=cache_path(cfg.cache_dir, kind, run_ids, ended), work_dir=cfg.cache_dir)
+
+
+@route(router, "GET", "/runs/{run_id}/report", "viewer", response_class=HTMLResponse,
+       responses={200: {"content": {"text/html": {}}}})
+def report(request: Request, run_id: Annotated[str, Path(max_length=64)]) -> HTMLResponse:
+    """The run's self-contained HTML report (``labctl report --html``); partial while the run goes on."""
+    queries.check_run_id(run_id)
+    return HTMLResponse(html_of(request, "report", [run_id]))
+
+
+@route(router, "GET", "/compare", "viewer", response_class=Response,
+       responses={200: {"content": {"text/html": {}, "application/json": {}, "text/csv": {}}}})
+def compare(request: Request,
+            run: Annotated[list[Annotated[str, Query(max_length=64)]], Query(min_length=2, max_length=MAX_COMPARE)],
+            format: Literal["html", "json", "csv"] = "html") -> Response:
+    """Runs side by side, cell by cell; the first is the baseline (``labctl compare``)."""
+    from orchestrator.compare import as_csv, as_json, compare_details
+
+    if len(set(run)) != len(run):
+        raise CompareError("a run is named twice")
+    for rid in run:
+        queries.check_run_id(rid)
+    if format == "html":
+        return HTMLResponse(html_of(request, "compare", list(run)))
+    with store(request) as s:
+        c = compare_details([queries.detail(s, rid, light=True) for rid in run])
+        if format == "json":
+            return Response(as_json(c), media_type="application/json")
+        return Response(as_csv(c), media_type="text/csv; charset=utf-8")

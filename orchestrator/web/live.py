@@ -1,0 +1,324 @@
+"""``GET /api/runs/{run_id}/live``: a run's progress as server-sent events, shared by all its viewers.
+
+Events: ``status`` (the run's state, steps done / total, and each step's state, progress fraction and attempt:
+every step in the first one a viewer gets, ``"full": true``; afterwards only the steps that changed), ``sample``
+(one per new second of a running step's live status: IOPS or TPS, MB/s, mean and p99 latency in µs), and
+``end`` once the run is terminal; a comment every ``HEARTBEAT_S`` keeps proxies from closing an idle stream.
+
+Why a fan-out: the figures come from one store query and one Redis GET (``lab:live:<host>``, the agent's
+per-second status, as ``labctl watch`` reads it). Fifty viewers of a run must cost that once per second, not
+fifty times, so the service keeps ONE poller per watched run and copies its events into a bounded queue per
+viewer; the poller stops when its last viewer leaves (a closed tab is noticed by Starlette, which cancels the
+stream). A viewer too slow to drain its queue loses its oldest events, never the others' (every ``status`` is
+a full snapshot, so nothing is lost that the next one does not restore).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import StreamingResponse
+from sqlalchemy import and_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from labcontract.live import LiveStatus
+from labcontract.telemetry import LIVE_KEY_PREFIX
+from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, TERMINAL_STEP
+from orchestrator.store.models import Attempt, Run, Step
+from orchestrator.web import queries
+from orchestrator.web.api.common import route
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S = 1.0          # the agent rewrites its live status each second
+HEARTBEAT_S = 15.0
+QUEUE_MAX = 64            # events a viewer may lag behind before its oldest are dropped
+MAX_LIVE_BYTES = 1 << 20  # a live-status value larger than this is not the agent's
+
+
+@dataclass(frozen=True)
+class Event:
+    name: str                       # status | sample | end
+    data: dict[str, Any]
+    # a status that names only the steps that changed carries the whole picture, for viewers who join later
+    snapshot: Event | None = field(default=None, compare=False, repr=False)
+
+    def encode(self) -> bytes:
+        return f"event: {self.name}\ndata: {json.dumps(self.data, separators=(',', ':'))}\n\n".encode()
+
+
+Poll = Callable[[], list[Event]]    # one poll of one run (sync: it runs in a worker thread)
+
+
+@dataclass(eq=False)
+class Subscriber:
+    run_id: str
+    queue: asyncio.Queue[Event | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_MAX))
+    dropped: int = 0                # events lost because this viewer lagged
+
+    def put(self, ev: Event | None) -> None:
+        while True:
+            try:
+                self.queue.put_nowait(ev)
+                return
+            except asyncio.QueueFull:
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    self.queue.get_nowait()
+                    self.dropped += 1
+
+
+@dataclass(eq=False)
+class Watch:
+    run_id: str
+    poll: Poll
+    subscribers: set[Subscriber] = field(default_factory=set)
+    last_status: Event | None = None
+    task: asyncio.Task[None] | None = None
+    polls: int = 0
+
+
+class Fanout:
+    """One poller task per watched run, its events copied to every subscriber of that run."""
+
+    def __init__(self, make_poll: Callable[[str], Poll], interval_s: float = INTERVAL_S) -> None:
+        self.make_poll, self.interval_s = make_poll, interval_s
+        self.watches: dict[str, Watch] = {}
+
+    def subscribe(self, run_id: str) -> Subscriber:
+        """A new viewer of ``run_id`` (starts the run's poller if it is the first); it gets the last status
+        at once. Must be called in the event loop."""
+        sub = Subscriber(run_id)
+        watch = self.watches.get(run_id)
+        if watch is None:
+            watch = self.watches[run_id] = Watch(run_id, self.make_poll(run_id))
+            watch.task = asyncio.get_running_loop().create_task(self._run(watch), name=f"live-{run_id}")
+        elif watch.last_status is not None:
+            sub.put(watch.last_status)
+        watch.subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        """The viewer left; the last one to leave stops the poller."""
+        watch = self.watches.get(sub.run_id)
+        if watch is None:
+            return
+        watch.subscribers.discard(sub)
+        if not watch.subscribers:
+            del self.watches[sub.run_id]
+            if watch.task is not None:
+                watch.task.cancel()
+
+    def viewers(self, run_id: str) -> int:
+        watch = self.watches.get(run_id)
+        return len(watch.subscribers) if watch else 0
+
+    async def _run(self, watch: Watch) -> None:
+        failures = 0
+        while True:
+            try:
+                events = await asyncio.to_thread(watch.poll)
+                watch.polls += 1
+                failures = 0
+            except Exception as e:      # the store or broker hiccuped: the viewers wait, the stream stays
+                failures += 1
+                if failures in (1, 10, 100):
+                    log.warning("live poll of run %s failed (%d in a row): %s", watch.run_id, failures, e)
+                events = []
+            ended = False
+            for ev in events:
+                if ev.name == "status":
+                    watch.last_status = ev.snapshot or ev
+                ended = ended or ev.name == "end"
+                for sub in list(watch.subscribers):
+                    sub.put(ev)
+            if ended:
+                for sub in list(watch.subscribers):
+                    sub.put(None)
+                if self.watches.get(watch.run_id) is watch:
+                    del self.watches[watch.run_id]
+                return
+            await asyncio.sleep(self.interval_s)
+
+
+async def stream(fanout: Fanout, run_id: str, heartbeat_s: float = HEARTBEAT_S) -> AsyncGenerator[bytes, None]:
+    """The SSE body for one viewer: its events until ``end``, a comment when idle for ``heartbeat_s``."""
+    sub = fanout.subscribe(run_id)
+    try:
+        yield b"retry: 3000\n\n"
+        while True:
+            try:
+                ev = await asyncio.wait_for(sub.queue.get(), heartbeat_s)
+            except TimeoutError:
+                yield b": keepalive\n\n"
+                continue
+            if ev is None:
+                return
+            yield ev.encode()
+    finally:
+        fanout.unsubscribe(sub)
+
+
+# ------------------------------------------------------------------ one run's poll: a query and a GET
+
+
+def _expected_s(workload: dict[str, Any] | None) -> float:
+    w = workload or {}
+    try:
+        return float(w.get("runtime", 0) or 0) + float(w.get("ramp_time", 0) or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _clamp(x: float) -> float:
+    return round(min(max(x, 0.0), 1.0), 4)
+
+
+def _us(ns: float | None) -> float | None:
+    return None if ns is None else round(ns / 1000, 3)
+
+
+class RunPoller:
+    """What a run's viewers see, one poll a second: ONE store query (the run, its steps and their active
+    attempts, joined) and ONE Redis GET per host running one of its steps (one, but for network runs)."""
+
+    def __init__(self, db: sessionmaker[Session], client: Any, run_id: str) -> None:
+        self.db, self.client, self.run_id = db, client, run_id
+        self.last_run: dict[str, Any] | None = None
+        self.last_steps: dict[str, dict[str, Any]] = {}
+        self.seen: dict[str, tuple[float, float, int]] = {}     # attempt -> (updated_at, elapsed_s, bytes)
+
+    def _rows(self) -> list[Any]:
+        q = (select(Run.state, Run.reason, Run.host, Step.id, Step.name, Step.kind, Step.round, Step.state,
+                    Step.reason, Step.host, Step.workload, Attempt.id, Attempt.fio_started_at, Attempt.number)
+             .select_from(Run).outerjoin(Step, Step.run_id == Run.id)
+             .outerjoin(Attempt, and_(Attempt.step_id == Step.id, Attempt.state.in_([str(s) for s in ACTIVE_STEP])))
+             .where(Run.id == self.run_id).order_by(Step.seq, Step.round, Step.host))
+        with self.db() as s:
+            return list(s.execute(q).all())
+
+    def _live(self, hosts: set[str]) -> dict[str, LiveStatus]:
+        out: dict[str, LiveStatus] = {}
+        for host in sorted(hosts)[:16]:
+            raw = self.client.get(LIVE_KEY_PREFIX + host) if self.client is not None else None
+            if not raw or len(raw) > MAX_LIVE_BYTES:
+                continue
+            try:
+                items = json.loads(raw)
+                for item in items if isinstance(items, list) else []:
+                    st = LiveStatus.model_validate(item)
+                    if st.run_id == self.run_id:
+                        out[st.attempt_id] = st
+            except ValueError:
+                continue
+        return out
+
+    def __call__(self) -> list[Event]:
+        rows = self._rows()
+        if not rows:
+            return [Event("end", {"run_id": self.run_id, "state": "UNKNOWN", "reason": "no such run"})]
+        run_state, run_reason, run_host = rows[0][0], rows[0][1], rows[0][2]
+        active_hosts = {(r[9] or run_host) for r in rows if r[3] is not None and r[7] in ACTIVE_STEP}
+        live = self._live(active_hosts) if active_hosts else {}
+        now = time.time()
+        steps = []
+        for (_rs, _rr, _rh, sid, name, kind, rnd, state, reason, _host, workload, att_id, fio_started, number) in rows:
+            if sid is None:
+                continue
+            status = live.get(att_id) if att_id else None
+            if state in TERMINAL_STEP:
+                progress = 1.0
+            elif status is not None and status.expected_s > 0:
+                progress = _clamp(status.elapsed_s / status.expected_s)
+            elif fio_started and _expected_s(workload) > 0:
+                progress = min(_clamp((now - fio_started) / _expected_s(workload)), 0.99)
+            else:
+                progress = 0.0
+            steps.append({"id": sid, "name": name, "kind": kind, "round": rnd, "state": state,
+                          "reason": (reason or "")[:300], "progress": progress, "attempt": number})
+        done = sum(1 for st in steps if st["state"] in TERMINAL_STEP)
+        head = {"run_id": self.run_id, "state": run_state, "reason": (run_reason or "")[:500],
+                "done": done, "total": len(steps)}
+        events: list[Event] = []
+        changed = [st for st in steps if self.last_steps.get(st["id"]) != st]
+        if changed or head != self.last_run:
+            # a run of hundreds of steps sends only the steps that moved (a running step's progress, each
+            # second), not all of them: 50 viewers of a 400-step run would otherwise get 60 KB each a second
+            full = Event("status", {**head, "steps": steps, "full": True})
+            partial = len(changed) < len(steps)
+            events.append(Event("status", {**head, "steps": changed, "full": False}, snapshot=full)
+                          if partial else full)
+            self.last_run, self.last_steps = head, {st["id"]: st for st in steps}
+        for att_id, st in live.items():
+            sample = self._sample(att_id, st)
+            if sample is not None:
+                events.append(Event("sample", sample))
+        if run_state in TERMINAL_RUN:
+            events.append(Event("end", {"run_id": self.run_id, "state": run_state, "reason": run_reason or ""}))
+        return events
+
+    def _sample(self, att_id: str, st: LiveStatus) -> dict[str, Any] | None:
+        """The attempt's newest second, or None when it is the one already sent."""
+        nbytes = sum(d.read.bytes_total + d.write.bytes_total for d in st.devices)
+        prev = self.seen.get(att_id)
+        if prev is not None and st.updated_at <= prev[0]:
+            return None
+        self.seen[att_id] = (st.updated_at, st.elapsed_s, nbytes)
+        bw = None
+        if prev is not None and st.elapsed_s > prev[1]:
+            bw = round(max(nbytes - prev[2], 0) / (st.elapsed_s - prev[1]) / 1e6, 3)
+        unit = "IOPS"
+        if st.app is not None:
+            unit = "TPS"
+            iops = st.app.tps
+            lat_mean = None if st.app.lat_avg_ms is None else st.app.lat_avg_ms * 1000
+            lat_p99 = None if st.app.lat_p99_ms is None else st.app.lat_p99_ms * 1000
+        else:
+            dirs = [x for d in st.devices for x in (d.read, d.write)]
+            rated = [x for x in dirs if x.iops]
+            iops = sum(x.iops or 0.0 for x in dirs) if rated else None
+            weight = sum(x.iops or 0.0 for x in rated if x.lat_mean_ns is not None)
+            lat_mean = _us(sum((x.iops or 0.0) * (x.lat_mean_ns or 0.0) for x in rated if x.lat_mean_ns is not None)
+                           / weight) if weight else None
+            lat_p99 = _us(max((x.lat_p99_ns for x in dirs if x.lat_p99_ns is not None), default=None))
+        return {"t": st.updated_at, "attempt_id": att_id, "step_id": st.step_id, "step": st.step_name,
+                "phase": st.phase, "round": st.round, "unit": unit,
+                "iops": None if iops is None else round(iops, 1), "bw_mbs": bw,
+                "lat_mean_us": lat_mean, "lat_p99_us": lat_p99,
+                "elapsed_s": round(st.elapsed_s, 1), "expected_s": round(st.expected_s, 1)}
+
+
+# ------------------------------------------------------------------ the route
+
+router = APIRouter()
+
+
+def fanout_of(request: Request) -> Fanout:
+    web = request.app.state.web
+    fan = web.extras.get("live")
+    if fan is None:
+        fan = web.extras["live"] = Fanout(lambda rid: RunPoller(web.sessions, web.redis(), rid))
+    assert isinstance(fan, Fanout)
+    return fan
+
+
+def _check(db: sessionmaker[Session], run_id: str) -> None:
+    with db() as s:
+        queries.get_run(s, run_id)          # NotFound (404) for an unknown or malformed id
+
+
+@route(router, "GET", "/api/runs/{run_id}/live", "viewer", tags=["runs"], response_class=StreamingResponse,
+       responses={200: {"content": {"text/event-stream": {}}, "description": "status, sample, end events"}})
+async def live(request: Request, run_id: Annotated[str, Path(max_length=64)]) -> StreamingResponse:
+    """The run's progress as server-sent events: ``status`` (steps' states and progress), ``sample`` (IOPS,
+    MB/s, latency each second of a running step), then ``end`` once the run ended."""
+    await asyncio.to_thread(_check, request.app.state.web.sessions, run_id)
+    return StreamingResponse(stream(fanout_of(request), run_id), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

@@ -1,0 +1,22 @@
+"""The server-rendered pages: one module per page group, each with a ``router``; registered here.
+
+``install(app)`` (called by ``create_app``) makes errors on pages render as pages: the login form for 401,
+an error page with the reason and every problem otherwise (the API keeps its JSON errors).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROUTERS: tuple[str, ...] = (
+    "orchestrator.web.pages.login",
+    "orchestrator.web.pages.overview",
+    "orchestrator.web.pages.runs",
+    "orchestrator.web.pages.submit",
+)
+
+
+def install(app: Any) -> None:
+    from orchestrator.web.pages.common import html_error
+
+    app.state.web.html_error = html_error

@@ -1,0 +1,47 @@
+"""``/`` (the queue with the scheduler's reasons, and the hosts at a glance) and ``/hosts`` (health, quarantine,
+release for admins)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Form, Path, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from labcontract.protocol import Release
+from orchestrator.web import queries
+from orchestrator.web.auth import Principal, require
+from orchestrator.web.pages.common import need, qs, render
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/", response_class=HTMLResponse)
+def home(request: Request) -> HTMLResponse:
+    need(request, "viewer")
+    with request.app.state.web.sessions() as s:
+        gone = queries.controller_gone(s)
+        queue = queries.queue(s, controller_gone=gone)
+        hosts = queries.list_hosts(s)
+        recent, _next = queries.list_runs(s, limit=8)
+    return render(request, "home.html", queue=queue, hosts=hosts, recent=recent, gone=gone)
+
+
+@router.get("/hosts", response_class=HTMLResponse)
+def hosts(request: Request, done: str = "") -> HTMLResponse:
+    need(request, "viewer")
+    with request.app.state.web.sessions() as s:
+        rows = queries.list_hosts(s)
+    return render(request, "hosts.html", hosts=rows, done=done[:200])
+
+
+@router.post("/hosts/{host}/release")
+def release(request: Request, who: Annotated[Principal, Depends(require("admin"))],
+            host: Annotated[str, Path(max_length=64)],
+            device: Annotated[str, Form(max_length=512)] = "") -> Response:
+    """Return a quarantined host (or one of its DUTs) to scheduling: a Release command to the controller."""
+    target = device or None
+    request.app.state.web.commander.send(Release(host=host, device=target, reply_to="-"), who.actor,
+                                         f"release of {host}{':' + device if device else ''}")
+    done = f"released {host}{' ' + device if device else ''}"
+    return RedirectResponse(f"/hosts?{qs({'done': done})}", status_code=303)

@@ -1,0 +1,156 @@
+"""``/runs`` (filters, pages), ``/runs/{id}`` (live progress, commands, the report when done), ``/compare``.
+
+Reports and compares are the issue-13 HTML documents drawn by ``orchestrator.web.render``; a page embeds them
+in a sandboxed iframe (no scripts, a unique origin) served by ``/runs/{id}/report`` and ``/compare/view``
+with a CSP of their own that lets only this site frame them.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from typing import Annotated, Literal
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Form, Path, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from labcontract.errors import InputError, Problem
+from labcontract.protocol import Cancel, Message, Pause, Rerun, Resume
+from orchestrator.states import RunState
+from orchestrator.web import queries
+from orchestrator.web.auth import Principal, require
+from orchestrator.web.pages.common import need, qs, render
+
+router = APIRouter(include_in_schema=False)
+
+Text = Annotated[str, Query(max_length=128)]
+RunId = Annotated[str, Path(max_length=64)]
+ACTIVE = ("QUEUED", "RUNNING", "PAUSED")
+MAX_COMPARE = 8
+# the embedded report: no script, no request but data: images, framed only by this site
+FRAME_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; frame-ancestors 'self'; "
+             "base-uri 'none'; form-action 'none'")
+
+
+def _day(value: str, where: str, problems: list[Problem]) -> float | None:
+    """A YYYY-MM-DD date (UTC midnight) as epoch seconds."""
+    if not value:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(value, "%Y-%m-%d")))
+    except ValueError:
+        problems.append(Problem(where, f"{value[:32]!r} is not a date (YYYY-MM-DD)"))
+        return None
+
+
+@router.get("/runs", response_class=HTMLResponse)
+def runs(request: Request, state: Text = "", suite: Text = "", host: Text = "", model: Text = "",
+         firmware: Text = "", op_mode: Text = "", since: Text = "", until: Text = "", before: Text = "",
+         limit: Annotated[int, Query(ge=1, le=queries.MAX_LIMIT)] = 50) -> HTMLResponse:
+    need(request, "viewer")
+    problems: list[Problem] = []
+    if state and state not in {str(s) for s in RunState}:
+        problems.append(Problem("state", f"{state[:32]!r} is not a run state ({', '.join(RunState)})"))
+    t0, t1 = _day(since, "since", problems), _day(until, "until", problems)
+    if problems:
+        raise InputError("filters", problems)
+    f = queries.RunFilter(state=state or None, suite=suite or None, host=host or None, model=model or None,
+                          firmware=firmware or None, op_mode=op_mode or None, since=t0,
+                          until=None if t1 is None else t1 + 86400)
+    with request.app.state.web.sessions() as s:
+        page, nxt = queries.list_runs(s, f, limit=limit, before=before or None)
+    filters = {"state": state, "suite": suite, "host": host, "model": model, "firmware": firmware,
+               "op_mode": op_mode, "since": since, "until": until}
+    return render(request, "runs.html", runs=page, filters=filters, states=[str(s) for s in RunState],
+                  next_qs=qs(filters, before=nxt) if nxt else None, first_qs=qs(filters) if before else None)
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, run_id: RunId, done: Annotated[str, Query(max_length=200)] = "") -> HTMLResponse:
+    need(request, "viewer")
+    with request.app.state.web.sessions() as s:
+        run = queries.run_dict(s, run_id)
+    ended = run["state"] not in ACTIVE
+    rerunnable = ended and any(st["state"] in ("FAILED", "CANCELLED", "LOST") for st in run["steps"])
+    return render(request, "run.html", run=run, ended=ended, active=not ended, rerunnable=rerunnable,
+                  done=done)
+
+
+COMMANDS: dict[str, type[Message]] = {"cancel": Cancel, "pause": Pause, "resume": Resume, "rerun": Rerun}
+
+
+@router.post("/runs/{run_id}/{action}")
+def run_action(request: Request, who: Annotated[Principal, Depends(require("engineer"))], run_id: RunId,
+               action: Literal["cancel", "pause", "resume", "rerun"],
+               reason: Annotated[str, Form(max_length=4096)] = "") -> Response:
+    """Cancel, pause, resume or rerun: the command to the controller (its refusal: the error page, 409)."""
+    with request.app.state.web.sessions() as s:
+        queries.get_run(s, run_id)
+    fields: dict[str, str] = {"run_id": run_id, "reply_to": "-"}
+    if action == "cancel":
+        fields["reason"] = reason.strip() or f"cancelled by {who.name}"
+    cmd = COMMANDS[action].model_validate(fields)
+    request.app.state.web.commander.send(cmd, who.actor, f"{action} of run {run_id}")
+    return RedirectResponse(f"/runs/{run_id}?{qs({'done': f'{action} accepted'})}", status_code=303)
+
+
+def _report_response(html: str) -> HTMLResponse:
+    return HTMLResponse(html, headers={"Content-Security-Policy": FRAME_CSP, "X-Frame-Options": "SAMEORIGIN",
+                                       "Cache-Control": "private, max-age=60"})
+
+
+def _draw(request: Request, kind: str, run_ids: list[str]) -> str:
+    from orchestrator.web import render as drawing
+
+    cfg = request.app.state.web.cfg
+    with request.app.state.web.sessions() as s:
+        ended = [queries.get_run(s, rid).ended_at for rid in run_ids]
+    cache = drawing.cache_path(cfg.cache_dir, kind, run_ids, ended)
+    return drawing.render(kind, run_ids, store_url=cfg.store_url, artifact_dir=cfg.artifact_dir, cache=cache,
+                          work_dir=cfg.cache_dir / "tmp")
+
+
+@router.get("/runs/{run_id}/report", response_class=HTMLResponse)
+def report_frame(request: Request, run_id: RunId) -> HTMLResponse:
+    """The run's HTML report, to be framed by its run page (or opened on its own)."""
+    need(request, "viewer")
+    return _report_response(_draw(request, "report", [run_id]))
+
+
+def _compare_ids(run: list[str]) -> list[str]:
+    ids = list(dict.fromkeys(r.strip() for r in run if r.strip()))
+    if len(ids) > MAX_COMPARE:
+        raise InputError("run", [Problem("run", f"at most {MAX_COMPARE} runs are compared at once")])
+    for rid in ids:
+        queries.check_run_id(rid)
+    return ids
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare(request: Request, run: Annotated[list[str], Query(max_length=MAX_COMPARE * 2)] = []) -> HTMLResponse:  # noqa: B006
+    """Two runs or more: their overlaid charts; fewer: pick them among the newest ended runs."""
+    need(request, "viewer")
+    ids = _compare_ids(run)
+    with request.app.state.web.sessions() as s:
+        chosen = []
+        for rid in ids:
+            r = queries.get_run(s, rid)
+            chosen.append({"id": r.id, "suite": r.suite_name, "host": r.host, "state": r.state,
+                           "ended_at": r.ended_at})
+        recent, _nxt = queries.list_runs(s, limit=50)
+    return render(request, "compare.html", chosen=chosen, recent=recent, selected=set(ids),
+                  view_qs=urlencode([("run", rid) for rid in ids]))
+
+
+@router.get("/compare/view", response_class=HTMLResponse)
+def compare_frame(request: Request,
+                  run: Annotated[list[str], Query(max_length=MAX_COMPARE * 2)] = []) -> HTMLResponse:  # noqa: B006
+    need(request, "viewer")
+    ids = _compare_ids(run)
+    if len(ids) < 2:
+        raise InputError("run", [Problem("run", "pick two runs or more to compare")])
+    with request.app.state.web.sessions() as s:
+        for rid in ids:
+            queries.get_run(s, rid)
+    return _report_response(_draw(request, "compare", ids))
