@@ -35,6 +35,7 @@ bench: system-test-deps $(VENV)/.installed
 	$(PY) -m bench.telemetry
 	$(PY) -m bench.report
 	$(PY) -m bench.apps
+	$(PY) -m bench.web
 
 system-deps:
 	@scripts/ensure-packages $(DEMO_PKGS)

@@ -3,7 +3,6 @@ port, with one token per role. Tests import the fixtures from here (``from tests
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,10 +50,7 @@ def add_token(lab: LabHandle, name: str, role: str) -> str:
 
 def start_web(lab: LabHandle, *, extra: tuple[str, ...] = ()) -> WebHandle:
     port = free_port()
-    assert lab.lab.web_url
-    argv = [sys.executable, "-m", "orchestrator.cmd.web", "--store", lab.store_url, "--broker", lab.lab.web_url,
-            "--lab-dir", str(lab.lab.root), "--port", str(port), *extra]
-    proc = lab.lab._spawn("web", argv)
+    proc = lab.lab.start_web(lab.store_url, port, extra=extra)
     handle = WebHandle(lab, f"http://127.0.0.1:{port}", proc)
     for role in ROLES:
         handle.tokens[role] = add_token(lab, f"{role}-{port}", role)
@@ -68,10 +64,6 @@ def start_web(lab: LabHandle, *, extra: tuple[str, ...] = ()) -> WebHandle:
             return False
     wait_for(up, 60, "the web service to answer")
     return handle
-
-
-def stop_web(handle: WebHandle) -> None:
-    handle.lab.lab.stop_proc(handle.proc)
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,12 @@ from rich.table import Table
 
 from labcontract.errors import LabError
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
+from orchestrator.labctl.apicmds import ApiOptions, api_client
 from orchestrator.labctl.broker import broker_app
 from orchestrator.labctl.common import State, checked_reply, fail, fails_cleanly, out
 from orchestrator.labctl.common import sessions_or_fail as _sessions
 from orchestrator.labctl.hosts import hosts_app
+from orchestrator.labctl.labcmd import lab_app
 from orchestrator.labctl.reports import add_report_commands
 from orchestrator.labctl.tokens import token_app
 
@@ -30,6 +32,7 @@ app.add_typer(run_app, name="run")
 app.add_typer(hosts_app, name="hosts")
 app.add_typer(broker_app, name="broker")
 app.add_typer(token_app, name="token")
+app.add_typer(lab_app, name="lab")
 add_report_commands(app)   # compare, report, export
 
 @app.callback()
@@ -50,8 +53,16 @@ def main_options(
                                                      help="Client certificate for a broker requiring one.")] = None,
     broker_key: Annotated[Path | None, typer.Option(envvar="LAB_BROKER_KEY",
                                                     help="Key of --broker-cert.")] = None,
+    api: Annotated[str | None, typer.Option(envvar="LAB_API_URL", help="Work through the web service's REST API "
+                                            "at this URL (submit, cancel, pause, resume, rerun, runs, run show, "
+                                            "queue, hosts, report --html, export): no store or broker needed.")]
+    = None,
+    token_file: Annotated[Path | None, typer.Option(envvar="LAB_TOKEN_FILE", help="File holding the API token "
+                                                    "(mode 600), with --api.")] = None,
 ) -> None:
     from orchestrator.labctl.broker import broker_url_of
+
+    ApiOptions.url, ApiOptions.token_file = api, token_file
 
     State.config = LabConfig(lab_dir=lab_dir, store_url=store, broker_url=broker_url_of(
         broker, password_file=broker_password_file, ca=broker_ca, cert=broker_cert, key=broker_key))
@@ -180,6 +191,17 @@ def submit(
         except ValueError as e:
             problems.append(Problem("--expires-after", str(e)))
     devices, initiators = list(device or ()), list(initiator or ())
+    if (api_ := api_client()) is not None:      # the web service validates the suite and the target
+        from orchestrator.labctl import apicmds
+
+        if problems:
+            raise SubmissionError(suite_ref, problems)
+        if wait:
+            raise SubmissionError(suite_ref, [Problem("--wait", "not through --api: follow the run's page")])
+        apicmds.submit(api_, suite_ref, host or "", devices, initiators=initiators, runtime=runtime, scale=scale,
+                       live=live, priority=priority, not_before=not_before, expires_at=expires_at,
+                       max_rounds=max_rounds)
+        return
     try:
         suite = check_submission(suite_ref, host or "", devices, _sessions(), initiators)
     except SubmissionError as e:
@@ -207,6 +229,10 @@ def submit(
 @fails_cleanly
 def cancel(run: str, reason: Annotated[str, typer.Option()] = "cancelled by user") -> None:
     """Cancel a queued or running run."""
+    if (api_ := api_client()) is not None:
+        from orchestrator.labctl.apicmds import run_command
+
+        return run_command(api_, run, "cancel", reason)
     _run_command(run, "cancelled", lambda client, rid: client.cancel(rid, reason))
 
 
@@ -229,6 +255,10 @@ def watch(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'la
 @fails_cleanly
 def pause(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
     """Pause a run: its running step finishes, no new step starts; it keeps its devices."""
+    if (api_ := api_client()) is not None:
+        from orchestrator.labctl.apicmds import run_command
+
+        return run_command(api_, run, "pause")
     _run_command(run, "paused", lambda client, rid: client.pause(rid))
 
 
@@ -236,6 +266,10 @@ def pause(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'la
 @fails_cleanly
 def resume(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
     """Resume a paused run."""
+    if (api_ := api_client()) is not None:
+        from orchestrator.labctl.apicmds import run_command
+
+        return run_command(api_, run, "resume")
     _run_command(run, "resumed", lambda client, rid: client.resume(rid))
 
 
@@ -243,6 +277,10 @@ def resume(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'l
 @fails_cleanly
 def rerun(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")]) -> None:
     """Run again the failed and cancelled steps of a run that ended (its other steps keep their results)."""
+    if (api_ := api_client()) is not None:
+        from orchestrator.labctl.apicmds import run_command
+
+        return run_command(api_, run, "rerun")
     _run_command(run, "queued again", lambda client, rid: client.rerun(rid))
 
 
@@ -262,6 +300,10 @@ def _run_command(run: str, done: str, send: Callable[[Any, str], Any]) -> None:
 @fails_cleanly
 def queue() -> None:
     """What runs, what waits, and what each waiting run waits for (the scheduler's own decision)."""
+    if (api_ := api_client()) is not None:
+        from orchestrator.labctl.apicmds import print_queue
+
+        return print_queue(api_, out)
     import time as _time
 
     from sqlalchemy import select
@@ -314,6 +356,10 @@ def controller_unreachable(db: Any, now: float) -> str | None:
 @fails_cleanly
 def runs(limit: Annotated[int, typer.Option()] = 30) -> None:
     """List runs, newest first."""
+    if (api_ := api_client()) is not None:
+        from orchestrator.labctl.apicmds import print_runs
+
+        return print_runs(api_, out, limit)
     import time
 
     from orchestrator.queries import list_runs
@@ -331,6 +377,10 @@ def runs(limit: Annotated[int, typer.Option()] = 30) -> None:
 def run_show(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")],
              rounds: Annotated[bool, typer.Option(help="Show every precondition round.")] = False) -> None:
     """Steps, states, the four review metrics per cell, preconditioning verdicts, platform."""
+    if (api_ := api_client()) is not None:      # the steps and states (figures: labctl export / report --html)
+        from orchestrator.labctl.apicmds import print_run as print_api_run
+
+        return print_api_run(api_, out, run)
     from orchestrator.queries import run_detail
     from orchestrator.report import print_run
 

@@ -37,6 +37,10 @@ def hosts(ctx: typer.Context) -> None:
     """Registered hosts, their state and declared DUTs."""
     if ctx.invoked_subcommand is not None:
         return
+    from orchestrator.labctl.apicmds import api_client, print_hosts
+
+    if (api_ := api_client()) is not None:
+        return print_hosts(api_, out)
     from orchestrator.queries import list_hosts
 
     table = Table("host", "state", "last heartbeat", "clock", "CPU", "mem GiB", "OS", "fio", "DUTs",

@@ -94,9 +94,14 @@ def report(
 ) -> None:
     """Write the report(s) of runs and print the paths: the HTML report with --html, else (or also, with
     --markdown) the Markdown report of each run in the lab's report directory."""
+    from orchestrator.labctl.apicmds import api_client, write_report
     from orchestrator.queries import run_detail
     from orchestrator.report import write_markdown
 
+    if (api_ := api_client()) is not None:
+        if html is None or markdown or latency_cell or len(runs) != 1:
+            raise LabError("through --api: one run, written with --html FILE (no --markdown, --latency-cell)")
+        return write_report(api_, runs[0], html)
     with _sessions()() as s:
         details = [run_detail(s, ref) for ref in runs]
         for d in details:
@@ -123,8 +128,12 @@ def export(
     """Export runs' figures for scripts and spreadsheets; the columns are listed in docs/metrics.md
     ("Export columns"); a missing value is an empty CSV field or a JSON null."""
     from orchestrator.export import export as write_export
+    from orchestrator.labctl.apicmds import api_client
+    from orchestrator.labctl.apicmds import export as api_export
     from orchestrator.queries import run_detail
 
+    if (api_ := api_client()) is not None:
+        return api_export(api_, runs, format, table, output)
     with _sessions()() as s:
         details = [run_detail(s, ref) for ref in runs]
         for path in write_export(details, format, table, output, sys.stdout):

@@ -234,6 +234,15 @@ class Lab:
                                           self.broker_url, "--store", store_url, "controller",
                                           *_metrics_args(metrics_port), *extra])
 
+    def start_web(self, store_url: str, port: int, *, bind: str = "127.0.0.1", extra: tuple[str, ...] = ()) -> Proc:
+        """The web service (``orchestrator.cmd.web``) as the broker's user ``web``, its session key in the lab."""
+        assert self.web_url, "start_redis() first"
+        (self.root / "web").mkdir(exist_ok=True)
+        return self._spawn("web", [self.python, "-m", "orchestrator.cmd.web", "--store", store_url,
+                                   "--broker", self.web_url, "--port", str(port), "--bind", bind,
+                                   "--secret-file", str(self.root / "web" / "session.key"),
+                                   "--lab-dir", str(self.root), *extra])
+
     def start_agent(self, host: str, duts: list[str], *, name: str | None = None, broker: str | None = None,
                     netns: str | None = None, extra: tuple[str, ...] = (), metrics_port: int | None = 0) -> Proc:
         """An agent process; with ``netns``, inside that network namespace (a separate host). Its

@@ -121,7 +121,8 @@ class Run(Base):
 class Step(Base):
     __tablename__ = "steps"
     __table_args__ = (UniqueConstraint("run_id", "seq", "round", "host", name="uq_steps_run_id_seq_round_host"),
-                      Index("ix_steps_state", "state"))
+                      Index("ix_steps_state", "state"),
+                      Index("ix_steps_run_id_state", "run_id", "state"))   # (and ix_steps_run_id_op_mode: 0011)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, exists, func, or_, select
+from sqlalchemy import case, exists, func, or_, select, tuple_
 from sqlalchemy.orm import Session, load_only, selectinload
 
 from labcontract.errors import InputError, NotFound, Problem
@@ -126,7 +126,7 @@ def list_runs(s: Session, f: RunFilter = RunFilter(), *, limit: int = 50,
     q = select(Run).options(load_only(*SUMMARY_COLUMNS)).where(*run_filters(f))
     if before:
         ts, rid = decode_cursor(before)
-        q = q.where(or_(Run.submitted_at < ts, and_(Run.submitted_at == ts, Run.id < rid)))
+        q = q.where(tuple_(Run.submitted_at, Run.id) < tuple_(ts, rid))   # an index condition on (submitted_at, id)
     runs = list(s.scalars(q.order_by(Run.submitted_at.desc(), Run.id.desc()).limit(limit + 1)))
     more = len(runs) > limit
     runs = runs[:limit]

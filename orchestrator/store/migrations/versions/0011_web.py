@@ -37,9 +37,17 @@ def upgrade() -> None:
         b.add_column(sa.Column("rerun_at", sa.Float(), nullable=True))
     # the web service's run list: newest first, keyset-paginated on (submitted_at, id)
     op.create_index("ix_runs_submitted_at_id", "runs", ["submitted_at", "id"])
+    # its filters: steps of a run by state (done / total) and by OP mode (a key of the JSON cell; an expression
+    # index, so it lives only here: the models cannot say it for both dialects)
+    op.create_index("ix_steps_run_id_state", "steps", ["run_id", "state"])
+    expr = ("(cell ->> 'op_mode')" if op.get_bind().dialect.name == "postgresql"
+            else "CAST(JSON_EXTRACT(cell, '$.\"op_mode\"') AS VARCHAR)")
+    op.create_index("ix_steps_run_id_op_mode", "steps", ["run_id", sa.text(expr)])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_steps_run_id_op_mode", table_name="steps")
+    op.drop_index("ix_steps_run_id_state", table_name="steps")
     op.drop_index("ix_runs_submitted_at_id", table_name="runs")
     with op.batch_alter_table("runs") as b:
         b.drop_column("rerun_at")

@@ -1,0 +1,187 @@
+"""What ``labctl`` commands do when ``--api URL --token-file F`` is given: the same commands, through the web
+service's REST API (orchestrator/labctl/api.py) instead of the store and the broker, so an engineer needs a token
+and nothing else. cli.py calls these when :func:`api_client` answers; the output matches the direct commands'.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from labcontract.errors import ConfigError, Problem, SubmissionError
+from orchestrator.labctl.api import ApiClient
+
+SUITE_MAX_BYTES = 1 << 20           # the service refuses larger bodies (max_body_bytes); say so before sending
+
+
+class ApiOptions:
+    """The global ``--api`` / ``--token-file`` options, set by cli.py's callback."""
+
+    url: str | None = None
+    token_file: Path | None = None
+
+
+def api_client() -> ApiClient | None:
+    """The API client when ``--api`` was given (it needs ``--token-file``), else None: the direct path."""
+    if ApiOptions.url is None:
+        if ApiOptions.token_file is not None:
+            raise ConfigError("--token-file", str(ApiOptions.token_file), "is used only with --api URL")
+        return None
+    if ApiOptions.token_file is None:
+        raise ConfigError("--api", ApiOptions.url[:200], "needs --token-file (a file holding the token, mode 600)")
+    api = ApiClient.from_token_file(ApiOptions.url, ApiOptions.token_file)
+    if api.scheme == "http" and api.host not in ("127.0.0.1", "::1", "localhost"):
+        print(f"warning: --api {api.base_url} is plain http: the token crosses the network unencrypted (use the "
+              "https URL of the service's TLS proxy, docs/web.md)", file=sys.stderr)
+    return api
+
+
+def _when(t: Any) -> str:
+    return time.strftime("%m-%d %H:%M:%S", time.localtime(t)) if isinstance(t, (int, float)) and t else "-"
+
+
+def _items(value: Any) -> list[Any]:
+    """A list from the wire, or nothing: a field of the wrong type prints as empty, never breaks the table."""
+    return value if isinstance(value, list) else []
+
+
+def _s(value: Any, n: int = 200) -> str:
+    return "-" if value is None else str(value)[:n]
+
+
+def submit(api: ApiClient, suite_ref: str, host: str, devices: Sequence[str], *, initiators: Sequence[str] = (),
+           runtime: int | None = None, scale: float | None = None, live: bool = True, priority: int = 0,
+           not_before: float | None = None, expires_at: float | None = None,
+           max_rounds: int | None = None) -> str:
+    """A built-in suite goes by name, a suite file by its text (the service validates both, every problem at
+    once); prints and returns the run id."""
+    from labcontract.suite import builtin_suites, is_bare_name
+
+    name: str | None = None
+    text: str | None = None
+    if is_bare_name(suite_ref) and suite_ref in builtin_suites():
+        name = suite_ref
+    else:
+        path = Path(suite_ref)
+        try:
+            with path.open("rb") as f:
+                raw = f.read(SUITE_MAX_BYTES + 1)
+        except OSError as e:
+            raise SubmissionError(suite_ref, [Problem("", f"cannot read the suite file: {e.strerror}")]) from None
+        if len(raw) > SUITE_MAX_BYTES:
+            raise SubmissionError(suite_ref, [Problem("", f"larger than {SUITE_MAX_BYTES >> 10} KiB")])
+        text = raw.decode("utf-8", errors="replace")
+    run_id = api.submit(host, devices, suite=name, suite_yaml=text, source=suite_ref, initiators=initiators,
+                        runtime=runtime, scale=scale, live=live, priority=priority, not_before=not_before,
+                        expires_at=expires_at, max_rounds=max_rounds)
+    print(run_id)
+    return run_id
+
+
+def run_command(api: ApiClient, ref: str, what: str, reason: str | None = None) -> None:
+    """cancel / pause / resume / rerun; prints ``RUN <done>`` as the direct commands do."""
+    rid = api.resolve(ref)
+    if what == "cancel":
+        api.cancel(rid, reason or "cancelled by user")
+    else:
+        getattr(api, what)(rid)
+    done = {"cancel": "cancelled", "pause": "paused", "resume": "resumed", "rerun": "queued again"}[what]
+    print(f"{rid} {done}")
+
+
+def print_runs(api: ApiClient, out: Console, limit: int, **filters: Any) -> None:
+    table = Table("run", "suite", "target", "state", "steps", "submitted", "by", "reason")
+    got, before = 0, None
+    while got < limit:
+        page = api.runs(limit=min(200, limit - got), before=before, **filters)
+        for r in page["runs"]:
+            if not isinstance(r, dict):
+                continue
+            devices = _items(r.get("devices"))
+            table.add_row(_s(r.get("id")), _s(r.get("suite")), f"{_s(r.get('host'))}:{','.join(map(str, devices))}",
+                          _s(r.get("state")), f"{_s(r.get('steps_done'))}/{_s(r.get('steps_total'))}",
+                          _when(r.get("submitted_at")), _s(r.get("submitted_by"), 40), _s(r.get("reason"), 60))
+            got += 1
+        before = page["next"]
+        if not before or not page["runs"]:
+            break
+    out.print(table)
+
+
+def print_run(api: ApiClient, out: Console, ref: str) -> None:
+    """The run and its steps, from ``GET /api/runs/{id}`` (the direct ``run show`` also prints the figures;
+    ``labctl export`` and ``report --html`` give them through the API)."""
+    r = api.run(api.resolve(ref))
+    out.print(f"run {_s(r.get('id'))}: suite {_s(r.get('suite'))} on {_s(r.get('host'))} "
+              f"{_s(r.get('devices'))}  state {_s(r.get('state'))}  steps {_s(r.get('steps_done'))}/"
+              f"{_s(r.get('steps_total'))}  submitted {_when(r.get('submitted_at'))} by {_s(r.get('submitted_by'))}",
+              highlight=False)
+    if r.get("reason"):
+        out.print(f"reason: {_s(r.get('reason'), 500)}", highlight=False)
+    table = Table("seq", "kind", "step", "state", "attempts", "reason")
+    for st in _items(r.get("steps")):
+        if isinstance(st, dict):
+            attempts = _items(st.get("attempts"))
+            table.add_row(_s(st.get("seq")), _s(st.get("kind")), _s(st.get("name")), _s(st.get("state")),
+                          str(len(attempts)), _s(st.get("reason"), 80))
+    out.print(table)
+
+
+def print_queue(api: ApiClient, out: Console) -> None:
+    table = Table("run", "suite", "prio", "target", "state", "steps", "status")
+    for q in api.queue():
+        table.add_row(_s(q.get("run_id")), _s(q.get("suite")), _s(q.get("priority")), _s(q.get("target")),
+                      _s(q.get("state")), f"{_s(q.get('steps_done'))}/{_s(q.get('steps_total'))}",
+                      _s(q.get("status"), 120))
+    out.print(table)
+
+
+def print_hosts(api: ApiClient, out: Console) -> None:
+    table = Table("host", "state", "last heartbeat", "DUTs", "quarantine")
+    now = time.time()
+    for h in api.hosts():
+        devs = _items(h.get("devices"))
+        duts = ", ".join(f"{_s(d.get('name'))}={_s(d.get('path'))} {_s(d.get('model'), 40)}"
+                         + (" [QUARANTINED]" if d.get("quarantined") else "") for d in devs if isinstance(d, dict))
+        seen = h.get("last_seen")
+        age = f"{now - seen:.0f}s ago" if isinstance(seen, (int, float)) else "-"
+        table.add_row(_s(h.get("name")), _s(h.get("state")) + (" QUARANTINED" if h.get("quarantined") else ""),
+                      age, duts or "-", _s(h.get("reason"), 80) if h.get("quarantined") else "-")
+    out.print(table)
+
+
+def write_report(api: ApiClient, ref: str, html: Path) -> None:
+    """``labctl report RUN --html FILE`` through the API: the service's rendering, written to FILE."""
+    from labcontract.errors import LabError
+
+    text = api.report(api.resolve(ref))
+    try:
+        html.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise LabError(f"{html}: cannot write the HTML report: {e.strerror or e}") from None
+    print(html)
+
+
+def export(api: ApiClient, refs: Sequence[str], fmt: str, table: str, output: Path | None) -> None:
+    """``labctl export`` of one run through the API: to standard output, or to ``output`` (a file, or a
+    directory: ``TABLE.csv`` / ``export.json`` in it)."""
+    from labcontract.errors import ExportError, LabError
+
+    if len(refs) != 1:
+        raise ExportError("through --api, export one run at a time")
+    text = api.export(api.resolve(refs[0]), fmt, table)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    path = output / (f"{table}.csv" if fmt == "csv" else "export.json") if output.is_dir() else output
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise LabError(f"{path}: cannot write the export: {e.strerror or e}") from None
+    print(path)

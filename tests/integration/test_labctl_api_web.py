@@ -1,0 +1,82 @@
+"""labctl's REST client (orchestrator/labctl/api.py) against the real web service over a real lab: the
+overnight workflow with a token only, and each refusal as the project's error with the service's reason."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from labcontract.errors import AccessError, CommandRefused, Forbidden, NotFound, SubmissionError
+from orchestrator.labctl.api import ApiClient
+from orchestrator.labs.lab import wait_for
+from tests.webfix import WebHandle, web  # noqa: F401
+
+BAD_SUITE = """\
+suite: bad
+profiles:
+  - {name: a, rw: sideways, bs: 3k, iodepth: 4, runtime: 1s}
+  - {name: b, rw: randread, bs: 4k, iodepth: -1, runtime: 1s}
+"""
+ONE_STEP = "suite: one\nprofiles:\n  - {name: a, rw: randread, bs: 4k, iodepth: 4, runtime: 1s}\n"
+
+
+def api(w: WebHandle, role: str) -> ApiClient:
+    return ApiClient(w.url, w.tokens[role], timeout_s=30)
+
+
+def test_roles_and_refusals(web: WebHandle) -> None:  # noqa: F811
+    assert api(web, "viewer").whoami()["role"] == "viewer"
+    with pytest.raises(AccessError, match="refused the token"):
+        ApiClient(web.url, "slab_" + "A" * 43).whoami()
+    with pytest.raises(Forbidden):
+        api(web, "viewer").cancel("r20260101-abcdef", "no")
+    with pytest.raises(NotFound):
+        api(web, "viewer").run("r20260101-abcdef")
+    with pytest.raises(SubmissionError) as e:
+        api(web, "engineer").submit(web.lab.host, ["dut0"], suite_yaml=BAD_SUITE, source="bad.yaml")
+    assert len(e.value.problems) >= 2, e.value.problems
+    hosts = api(web, "viewer").hosts()
+    assert [h["name"] for h in hosts] == [web.lab.host]
+
+
+def test_submit_watch_report_export_download(web: WebHandle, tmp_path: Path) -> None:  # noqa: F811
+    eng = api(web, "engineer")
+    run_id = eng.submit(web.lab.host, ["dut0"], suite_yaml=ONE_STEP, source="one.yaml")
+    assert eng.resolve("last") == run_id
+
+    def ended() -> bool:
+        web.check_alive()
+        return eng.run(run_id)["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+    wait_for(ended, 90, f"run {run_id} to end", interval=0.2)
+    run = eng.run(run_id)
+    assert run["state"] == "SUCCEEDED", run
+    assert run["submitted_by"].startswith("token:engineer")
+    page = eng.runs(limit=5)
+    assert page["runs"][0]["id"] == run_id
+    assert "<html" in eng.report(run_id).lower()
+    csv = eng.export(run_id, "csv", "results")
+    assert csv.splitlines()[0].startswith(("run", "run_id")) and len(csv.splitlines()) == 2
+    arts = eng.artifacts(run_id)
+    assert arts, "a fio step leaves artifacts"
+    got = eng.download(arts[0]["id"], tmp_path)
+    assert hashlib.sha256(got.read_bytes()).hexdigest() == arts[0]["sha256"]
+    with pytest.raises(CommandRefused):
+        eng.rerun(run_id)               # nothing failed or was cancelled: nothing to run again
+
+
+def test_admin_tokens_through_the_api(web: WebHandle) -> None:  # noqa: F811
+    admin = api(web, "admin")
+    name = f"api-{int(time.time() * 1000) % 10**9}"
+    made = admin.token_create(name, "viewer", 3600)
+    assert made["role"] == "viewer"
+    fresh = ApiClient(web.url, made["token"])
+    assert fresh.whoami()["name"] == name
+    assert name in [t["name"] for t in admin.tokens()]
+    admin.token_revoke(name)
+    with pytest.raises(AccessError):
+        fresh.whoami()
+    with pytest.raises(Forbidden):
+        api(web, "engineer").tokens()
