@@ -180,7 +180,7 @@ def create_app(cfg: WebConfig, *, sessions: sessionmaker[Session] | None = None)
 
         sessions = make_sessions(make_engine(cfg.store_url))
     client = redis_client(cfg.broker_url)
-    app = FastAPI(title="storagelab", version="1", docs_url="/docs", redoc_url=None,
+    app = FastAPI(title="storagelab", version="1", docs_url=None, redoc_url=None, openapi_url=None,   # pages.apidocs
                   description="The lab as a service: runs, results, reports and commands (docs/web.md). "
                               "Every route needs a token: `Authorization: Bearer <token>`.")
     app.state.web = WebState(cfg, sessions, Sessions(load_secret(cfg.secret_file), cfg.session_ttl_s),
@@ -203,7 +203,6 @@ def create_app(cfg: WebConfig, *, sessions: sessionmaker[Session] | None = None)
     for name in (*api.ROUTERS, *pages.ROUTERS):
         app.include_router(importlib.import_module(name).router)
     pages.install(app)
-    if STATIC_DIR.is_dir():
-        app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)   # outermost: before anything reads the body
     return app

@@ -43,7 +43,9 @@ UNKNOWN_RUN = "r20000101-000000"
 
 @pytest.fixture(scope="module")
 def spec(web: WebHandle) -> dict[str, Any]:  # noqa: F811
-    r = httpx.get(web.url + "/openapi.json", timeout=10)
+    assert httpx.get(web.url + "/openapi.json", timeout=10).status_code == 401     # the document needs a token too
+    with web.client("viewer") as c:
+        r = c.get("/openapi.json")
     assert r.status_code == 200
     return dict(r.json())
 

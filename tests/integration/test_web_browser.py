@@ -262,6 +262,9 @@ def test_login_required_then_every_page_without_error(browser: Browser, web: Web
     b.goto("/hosts")
     assert web.lab.host in b.text()
     b.check("/hosts")
+    b.goto("/docs")          # the API reference, drawn from the OpenAPI document (no script, no CDN)
+    assert b.page.locator("section.op").count() >= 25 and "POST /api/runs" in b.text()
+    b.check("/docs")
 
 
 def test_submit_form_lists_every_problem_then_runs_live(browser: Browser, web: WebHandle,  # noqa: F811
@@ -412,7 +415,7 @@ def test_every_page_fits_a_phone(browser: Browser, web: WebHandle, state: State)
     b.no_overflow("/login")
     b.login(web.tokens["admin"], "/")
     run_id = state.runs[0] if state.runs else ""
-    pages = ["/", "/runs", "/hosts", "/submit", "/compare"]
+    pages = ["/", "/runs", "/hosts", "/submit", "/compare", "/docs"]
     if run_id:
         pages.append(f"/runs/{run_id}")
     if len(state.runs) >= 2:

@@ -13,6 +13,7 @@ ROUTERS: tuple[str, ...] = (
     "orchestrator.web.pages.overview",
     "orchestrator.web.pages.runs",
     "orchestrator.web.pages.submit",
+    "orchestrator.web.pages.apidocs",
 )
 
 
