@@ -73,3 +73,22 @@ def require_schema(engine: Engine) -> None:
     if "runs" not in tables:
         raise StoreError(f"the store at {engine.url!r} has no schema yet: start the controller once "
                          "(labctl controller) or run labctl demo")
+
+
+# indexes on expressions, which the models cannot declare for both dialects: made by their migration alone
+MIGRATION_ONLY_INDEXES = frozenset({"ix_steps_run_id_op_mode"})
+
+
+def schema_drift(conn: Any) -> list[Any]:
+    """What differs between the migrated schema on ``conn`` and the models (alembic's autogenerate diff), but
+    for the indexes only a migration makes (:data:`MIGRATION_ONLY_INDEXES`); [] when they agree."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from orchestrator.store.models import Base
+
+    def include(obj: Any, name: str | None, type_: str, _reflected: bool, _compare_to: Any) -> bool:
+        return not (type_ == "index" and name in MIGRATION_ONLY_INDEXES)
+
+    ctx = MigrationContext.configure(conn, opts={"include_object": include})
+    return list(compare_metadata(ctx, Base.metadata))

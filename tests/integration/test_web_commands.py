@@ -137,12 +137,9 @@ def test_the_actor_is_recorded_from_the_web_stream_only(lab: LabHandle) -> None:
 
 def test_schema_0011_on_postgresql_upgrades_a_0010_store_and_downgrades(pg_server: PgServer) -> None:  # noqa: F811
     from alembic import command
-    from alembic.autogenerate import compare_metadata
-    from alembic.migration import MigrationContext
     from sqlalchemy import inspect, text
 
-    from orchestrator.store.db import alembic_config, make_engine, migrate
-    from orchestrator.store.models import Base
+    from orchestrator.store.db import alembic_config, make_engine, migrate, schema_drift
 
     engine = make_engine(pg_server.create_database("m0011"))
     try:
@@ -154,7 +151,7 @@ def test_schema_0011_on_postgresql_upgrades_a_0010_store_and_downgrades(pg_serve
                 " '/dev/loop3', '[]', true, 'FAILED', '', 0, 1.0)"))
         migrate(engine)
         with engine.connect() as c:
-            assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+            assert schema_drift(c) == []
             row = c.execute(text("SELECT submitted_by, max_rounds, rerun_count, rerun_at FROM runs")).one()
             assert tuple(row) == ("", None, 0, None)
         with engine.begin() as c:

@@ -8,11 +8,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 
-from orchestrator.store.db import alembic_config, make_engine, migrate
-from orchestrator.store.models import Base, Result, Run, Step
+from orchestrator.store.db import alembic_config, make_engine, migrate, schema_drift
+from orchestrator.store.models import Result, Run, Step
 
 HEAD = "0011"
 
@@ -48,7 +46,7 @@ def test_upgrade_from_0001_keeps_runs_and_steps(tmp_path: Path) -> None:
         with pytest.raises(sa.exc.IntegrityError):
             s.commit()
     with engine.connect() as c:
-        assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+        assert schema_drift(c) == []
 
 
 def test_0009_adds_lat_hist_and_keeps_older_results(tmp_path: Path) -> None:
@@ -73,7 +71,7 @@ def test_0009_adds_lat_hist_and_keeps_older_results(tmp_path: Path) -> None:
     migrate(engine)
     with engine.connect() as c:
         assert c.scalar(sa.text("SELECT version_num FROM alembic_version")) == HEAD
-        assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+        assert schema_drift(c) == []
     with sa.orm.Session(engine) as s:
         (old,) = s.scalars(sa.select(Result)).all()
         assert old.lat_hist is None and old.iops == 1 and old.fio_version == "fio-3.33"
@@ -119,7 +117,7 @@ def test_0010_backfills_kind_neutral_columns(tmp_path: Path) -> None:
     migrate(engine)
     with engine.connect() as c:
         assert c.scalar(sa.text("SELECT version_num FROM alembic_version")) == HEAD
-        assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+        assert schema_drift(c) == []
     with sa.orm.Session(engine) as s:
         fio, net = sorted(s.scalars(sa.select(Result)).all(), key=lambda r: r.step_id)
         assert (fio.kind, fio.tool, fio.tool_version, fio.throughput, fio.throughput_unit, fio.fio_version) == (
@@ -163,7 +161,7 @@ def test_0011_adds_tokens_and_run_columns_and_keeps_runs(tmp_path: Path) -> None
     migrate(engine)
     with engine.connect() as c:
         assert c.scalar(sa.text("SELECT version_num FROM alembic_version")) == HEAD
-        assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+        assert schema_drift(c) == []
     with sa.orm.Session(engine) as s:
         run = s.get(Run, "r1")
         assert run is not None and (run.submitted_by, run.max_rounds, run.rerun_count) == ("", None, 0)

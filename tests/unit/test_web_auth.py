@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 from labcontract.errors import ConfigError
 from orchestrator.web.app import BodyLimit
 from orchestrator.web.auth import Sessions, load_secret
+from tests import aio
 
 
 def test_secret_is_made_private_and_kept(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def _run(limit: int, chunks: list[bytes], headers: list[tuple[bytes, bytes]]) ->
         return msgs.pop(0)
 
     sink = _Sink()
-    asyncio.run(BodyLimit(app, limit)({"type": "http", "headers": headers}, receive, sink))  # type: ignore[arg-type]
+    aio.run(BodyLimit(app, limit)({"type": "http", "headers": headers}, receive, sink))  # type: ignore[arg-type]
     return sink.sent[0]["status"], read
 
 

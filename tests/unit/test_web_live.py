@@ -16,6 +16,7 @@ from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Attempt, Base, Run, Step
 from orchestrator.web import live
 from orchestrator.web.live import Event, Fanout, RunPoller, Subscriber
+from tests import aio
 
 
 class Counter:
@@ -68,7 +69,7 @@ def test_fifty_viewers_share_one_poller() -> None:
         await asyncio.sleep(0.1)
         assert polls["r1"].calls <= stopped + 1, "the poller kept polling with no viewer"
 
-    asyncio.run(main())
+    aio.run(main())
 
 
 def drain(sub: Subscriber) -> list[Event | None]:
@@ -104,7 +105,7 @@ def test_two_runs_two_pollers_and_end_closes_every_stream() -> None:
         await streams[2].aclose()             # the viewer went away: its poller stops
         assert fan.watches == {}
 
-    asyncio.run(main())
+    aio.run(main())
 
 
 def test_slow_viewer_loses_only_its_own_oldest_events(monkeypatch: Any) -> None:
@@ -125,7 +126,7 @@ def test_slow_viewer_loses_only_its_own_oldest_events(monkeypatch: Any) -> None:
         fan.unsubscribe(slow)
         fan.unsubscribe(fast)
 
-    asyncio.run(main())
+    aio.run(main())
 
 
 def test_heartbeat_when_idle_and_failing_polls_keep_the_stream() -> None:
@@ -147,7 +148,7 @@ def test_heartbeat_when_idle_and_failing_polls_keep_the_stream() -> None:
         await s.aclose()
         assert fan.watches == {}
 
-    asyncio.run(main())
+    aio.run(main())
 
 
 # ------------------------------------------------------------------ the run poller over a real store
@@ -245,4 +246,4 @@ def test_a_late_viewer_gets_the_whole_picture_not_the_last_change() -> None:
         fan.unsubscribe(first)
         fan.unsubscribe(late)
 
-    asyncio.run(main())
+    aio.run(main())
