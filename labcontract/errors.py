@@ -17,6 +17,7 @@
      ├── AccessError              a web request without valid credentials (HTTP 401)
      │    └── Forbidden           valid credentials whose role is too small (HTTP 403)
      ├── CommandRefused           the controller answered a command with its refusal (its reasons)
+     ├── Busy                     a bound on concurrent work is reached (reports drawn, live streams; HTTP 429)
      ├── ReportError              runs that cannot be reported, compared or exported as asked
      │    ├── CompareError        fewer than two runs, no cell in common, network with storage
      │    └── ExportError         an unknown format or table, an output that cannot be written
@@ -144,6 +145,10 @@ class CommandRefused(LabError):
     def __init__(self, what: str, errors: list[str]) -> None:
         self.what, self.errors = what, list(errors)
         super().__init__(f"the controller refused {what}: " + "; ".join(self.errors))
+
+
+class Busy(LabError):
+    """A bound on work done at once is reached (reports being drawn, commands waiting, live streams): try again."""
 
 
 class ServiceError(LabError):

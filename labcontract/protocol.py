@@ -370,7 +370,7 @@ def decode(model: type[Message], data: dict[str, Any]) -> Any:
 
 # who sent a command: recorded as given only from the web service's stream (e.g. "token:<name>"); "labctl" else
 Actor = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,63}$")]
-TokenName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+TokenName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,57}$")]   # "token:" + name fits an Actor
 Role = Literal["viewer", "engineer", "admin"]
 MAX_ROUNDS_CAP = 100_000       # labcontract.suite's own bound on a precondition's max_rounds
 

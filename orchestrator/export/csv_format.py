@@ -1,6 +1,7 @@
 """CSV: one file per table, ``<table>.csv`` in the output directory (a single table may go to a named
 ``.csv`` file or to standard output). A header row of the documented columns; a missing value is an empty
-field, booleans are ``true`` / ``false``."""
+field, booleans are ``true`` / ``false``, and text starting with = + - @ gets a leading apostrophe (a value an
+agent reported never runs as a spreadsheet formula)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ from labcontract.errors import ExportError
 from orchestrator.export import is_dir_target, register
 from orchestrator.export.tables import Table, Value
 
+FORMULA_STARTS = frozenset("=+-@\t\r")
+
 
 def _field(v: Value) -> str | int | float:
     if v is None:
         return ""
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, str) and v[:1] in FORMULA_STARTS:
+        return "'" + v          # text an agent reported (a model, a firmware) never runs as a spreadsheet formula
     return v
 
 

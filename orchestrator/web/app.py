@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from labcontract.errors import (
     AccessError,
+    Busy,
     CommandRefused,
     Forbidden,
     InputError,
@@ -114,7 +115,7 @@ class BodyLimit:
 
 
 def _status(e: LabError) -> int:
-    for cls, code in ((Forbidden, 403), (AccessError, 401), (NotFound, 404), (InputError, 422),
+    for cls, code in ((Forbidden, 403), (AccessError, 401), (NotFound, 404), (InputError, 422), (Busy, 429),
                       (CommandRefused, 409), (ReportError, 422), (ServiceError, 503), (StoreError, 400)):
         if isinstance(e, cls):
             return code
@@ -130,7 +131,7 @@ def _problems(e: LabError) -> list[dict[str, str]]:
 
 
 def error_response(request: Request, status: int, detail: str, errors: list[dict[str, str]]) -> Response:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {"Retry-After": "5"} if status == 429 else None
     web: WebState = request.app.state.web
     if web.html_error is not None and not request.url.path.startswith("/api/"):
         resp = web.html_error(request, status, detail, errors)

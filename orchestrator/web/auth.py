@@ -24,8 +24,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 
 from labcontract.errors import AccessError, ConfigError, Forbidden
 from orchestrator.tokens import ROLES, lookup, role_at_least, token_hash
@@ -44,6 +46,7 @@ class Principal:
     role: str                          # viewer | engineer | admin
     via: Literal["token", "session"]
     csrf: str | None = None            # the session's CSRF secret (None for a bearer token)
+    key: str = ""                      # the first 16 hex digits of the token's sha256 (which token of that name)
 
     @property
     def actor(self) -> str:
@@ -69,10 +72,23 @@ def load_secret(path: Path) -> bytes:
 
 
 class Sessions:
-    """Signed session cookies (no server-side state: a restart of the service keeps everyone logged in)."""
+    """Signed session cookies: a restart of the service keeps everyone logged in. The one state kept is the
+    sessions ended by a logout (by their CSRF secret, unique per session, until they would expire anyway), so a
+    copied cookie dies with the logout; a restart forgets them (revoke the token to end every session for sure)."""
+
+    MAX_ENDED = 100_000
 
     def __init__(self, key: bytes, ttl_s: int) -> None:
         self.key, self.ttl_s = key, ttl_s
+        self._ended: dict[str, float] = {}          # csrf secret -> when its cookie would have expired
+
+    def end(self, csrf: str, now: float | None = None) -> None:
+        """A logout: the session of this CSRF secret is refused from now on."""
+        now = time.time() if now is None else now
+        if len(self._ended) >= self.MAX_ENDED:
+            self._ended = {k: t for k, t in self._ended.items() if t > now}
+        if len(self._ended) < self.MAX_ENDED:
+            self._ended[csrf] = now + self.ttl_s
 
     def _sign(self, payload: bytes) -> str:
         return base64.urlsafe_b64encode(hmac.new(self.key, payload, hashlib.sha256).digest()).decode().rstrip("=")
@@ -97,7 +113,7 @@ class Sessions:
             name, prefix, expires, csrf = str(data["n"]), str(data["h"]), float(data["x"]), str(data["c"])
         except (ValueError, KeyError, TypeError):
             return None
-        if expires < (now or time.time()):
+        if expires < (now or time.time()) or csrf in self._ended:
             return None
         return name, prefix, csrf
 
@@ -120,7 +136,7 @@ def from_token(request: Request, token: str) -> Principal:
         row = lookup(s, token)
         if row is None:
             raise AccessError("unknown, revoked or expired token")
-        return Principal(row.name, row.role, "token")
+        return Principal(row.name, row.role, "token", key=row.token_sha256[:16])
 
 
 def from_session(request: Request) -> Principal | None:
@@ -141,7 +157,7 @@ def from_session(request: Request) -> Principal | None:
         if (row is None or row.revoked_at is not None or (row.expires_at is not None and row.expires_at <= now)
                 or not row.token_sha256.startswith(prefix)):
             return None
-        return Principal(row.name, row.role, "session", csrf)
+        return Principal(row.name, row.role, "session", csrf, key=prefix)
 
 
 async def csrf_ok(request: Request, principal: Principal) -> bool:
@@ -157,13 +173,26 @@ async def csrf_ok(request: Request, principal: Principal) -> bool:
     return sent is not None and principal.csrf is not None and hmac.compare_digest(sent, principal.csrf)
 
 
+def same_site(request: Request) -> bool:
+    """The request comes from this site's own pages (or a tool), not a form on another site: the browser's
+    ``Sec-Fetch-Site`` and ``Origin`` say so. Used where no CSRF secret can exist yet (the login form)."""
+    site = request.headers.get("sec-fetch-site")
+    if site not in (None, "same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return origin != "null" and urlsplit(origin).netloc == request.headers.get("host", "")
+
+
 def require(role: str) -> Callable[[Request], Awaitable[Principal]]:
     """A FastAPI dependency: the caller, with at least ``role``; AccessError (401) / Forbidden (403) otherwise."""
     assert role in ROLES, role
 
     async def dependency(request: Request) -> Principal:
-        token = bearer(request)
-        principal = from_token(request, token) if token is not None else from_session(request)
+        token = bearer(request)      # the store is read in the thread pool: a slow store never stalls the loop
+        principal = (await run_in_threadpool(from_token, request, token) if token is not None
+                     else await run_in_threadpool(from_session, request))
         if principal is None:
             raise AccessError("a token is required (Authorization: Bearer <token>, or log in)")
         if not await csrf_ok(request, principal):
@@ -175,6 +204,20 @@ def require(role: str) -> Callable[[Request], Awaitable[Principal]]:
 
     dependency.__name__ = f"require_{role}"
     return dependency
+
+
+def still_valid(request: Request, principal: Principal) -> bool:
+    """Whether ``principal``'s token (and session) still stands: not revoked, not expired, not replaced under its
+    name, not logged out. A long-lived request (a live stream) asks this again as it goes."""
+    from orchestrator.store.models import ApiToken
+
+    web = request.app.state.web
+    if principal.csrf is not None and principal.csrf in web.cookies._ended:
+        return False
+    with web.sessions() as s:
+        row = s.get(ApiToken, principal.name)
+        return bool(row is not None and row.revoked_at is None and row.token_sha256.startswith(principal.key)
+                    and (row.expires_at is None or row.expires_at > time.time()))
 
 
 def page_principal(request: Request) -> Principal | None:
@@ -193,4 +236,4 @@ def login(request: Request, token: str) -> tuple[Principal, str]:
     """Check a token typed into the login form; the principal and the cookie value to set."""
     principal = from_token(request, token.strip())
     cookie, csrf = request.app.state.web.cookies.issue(principal.name, token_hash(token.strip()))
-    return Principal(principal.name, principal.role, "session", csrf), cookie
+    return Principal(principal.name, principal.role, "session", csrf, key=principal.key), cookie

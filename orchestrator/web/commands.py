@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 import uuid
 
 import redis
 from sqlalchemy.orm import Session, sessionmaker
 
-from labcontract.errors import CommandRefused, ServiceError
+from labcontract.errors import Busy, CommandRefused, ServiceError
 from labcontract.protocol import REPLY_PREFIX, WEB_COMMANDS_STREAM, Message, Reply
 from orchestrator.labctl.client import parse_reply, wait_reply
 
@@ -36,14 +37,26 @@ def controller_absence(db: sessionmaker[Session], now: float) -> str:
 
 
 class Commander:
+    MAX_WAITING = 8     # commands awaiting the controller at once: each holds a thread of the server's pool for up
+                        # to timeout_s while the controller is down; beyond this, Busy (429) at once
+
     def __init__(self, client: redis.Redis, db: sessionmaker[Session], timeout_s: float) -> None:
         self.redis, self.db, self.timeout_s = client, db, timeout_s
+        self._waiting = threading.BoundedSemaphore(self.MAX_WAITING)
 
     def send(self, cmd: Message, actor: str, what: str) -> Reply:
         """Send ``cmd`` (its ``reply_to`` is replaced) as ``actor``; the controller's Reply when it accepted.
         CommandRefused with its reasons when it refused; ServiceError (503) when it is unreachable."""
+        if not self._waiting.acquire(blocking=False):
+            raise Busy(f"{self.MAX_WAITING} commands are already waiting for the controller; try again shortly")
+        try:
+            return self._send(cmd, actor, what)
+        finally:
+            self._waiting.release()
+
+    def _send(self, cmd: Message, actor: str, what: str) -> Reply:
         reply_to = REPLY_PREFIX + uuid.uuid4().hex
-        cmd = cmd.model_copy(update={"actor": actor, "reply_to": reply_to})
+        cmd = type(cmd).model_validate({**cmd.model_dump(), "actor": actor, "reply_to": reply_to})   # checked again
         try:
             self.redis.xadd(WEB_COMMANDS_STREAM, {"data": cmd.model_dump_json()})
             got = wait_reply(self.redis, reply_to, self.timeout_s)

@@ -20,7 +20,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+import weakref
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -29,18 +30,23 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from labcontract.errors import Busy
 from labcontract.live import LiveStatus
 from labcontract.telemetry import LIVE_KEY_PREFIX
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, TERMINAL_STEP
 from orchestrator.store.models import Attempt, Run, Step
 from orchestrator.web import queries
 from orchestrator.web.api.common import route
+from orchestrator.web.auth import Principal, still_valid
 
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 1.0          # the agent rewrites its live status each second
 HEARTBEAT_S = 15.0
 QUEUE_MAX = 64            # events a viewer may lag behind before its oldest are dropped
+MAX_PER_TOKEN = 64        # live streams open at once per token (tabs, windows, a wall of screens on one token)
+MAX_STREAMS = 512         # and in all: beyond, Busy (429), never a service slowed for everyone
+RECHECK_S = 1.0           # a stream asks again this often whether its token still stands (revoked: it ends)
 MAX_LIVE_BYTES = 1 << 20  # a live-status value larger than this is not the agent's
 
 
@@ -61,6 +67,8 @@ Poll = Callable[[], list[Event]]    # one poll of one run (sync: it runs in a wo
 @dataclass(eq=False)
 class Subscriber:
     run_id: str
+    who: str = ""
+    closed: bool = False
     queue: asyncio.Queue[Event | None] = field(default_factory=lambda: asyncio.Queue(QUEUE_MAX))
     dropped: int = 0                # events lost because this viewer lagged
 
@@ -91,11 +99,17 @@ class Fanout:
     def __init__(self, make_poll: Callable[[str], Poll], interval_s: float = INTERVAL_S) -> None:
         self.make_poll, self.interval_s = make_poll, interval_s
         self.watches: dict[str, Watch] = {}
+        self.streams: dict[str, int] = {}        # who -> live streams open
 
-    def subscribe(self, run_id: str) -> Subscriber:
+    def subscribe(self, run_id: str, who: str = "") -> Subscriber:
         """A new viewer of ``run_id`` (starts the run's poller if it is the first); it gets the last status
-        at once. Must be called in the event loop."""
-        sub = Subscriber(run_id)
+        at once. Must be called in the event loop. Busy past MAX_PER_TOKEN streams of ``who`` or MAX_STREAMS."""
+        if self.streams.get(who, 0) >= MAX_PER_TOKEN:
+            raise Busy(f"{who or 'this caller'} has {MAX_PER_TOKEN} live streams open; close one first")
+        if sum(self.streams.values()) >= MAX_STREAMS:
+            raise Busy(f"{MAX_STREAMS} live streams are open; try again later")
+        self.streams[who] = self.streams.get(who, 0) + 1
+        sub = Subscriber(run_id, who)
         watch = self.watches.get(run_id)
         if watch is None:
             watch = self.watches[run_id] = Watch(run_id, self.make_poll(run_id))
@@ -106,7 +120,16 @@ class Fanout:
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
-        """The viewer left; the last one to leave stops the poller."""
+        """The viewer left; the last one to leave stops the poller. Once per subscriber, whoever calls first (the
+        stream's end, or the collection of a stream never started)."""
+        if sub.closed:
+            return
+        sub.closed = True
+        left = self.streams.get(sub.who, 0) - 1
+        if left > 0:
+            self.streams[sub.who] = left
+        else:
+            self.streams.pop(sub.who, None)
         watch = self.watches.get(sub.run_id)
         if watch is None:
             return
@@ -148,19 +171,36 @@ class Fanout:
             await asyncio.sleep(self.interval_s)
 
 
-async def stream(fanout: Fanout, run_id: str, heartbeat_s: float = HEARTBEAT_S) -> AsyncGenerator[bytes, None]:
-    """The SSE body for one viewer: its events until ``end``, a comment when idle for ``heartbeat_s``."""
-    sub = fanout.subscribe(run_id)
+async def stream(fanout: Fanout, run_id: str, heartbeat_s: float = HEARTBEAT_S, *, who: str = "",
+                 valid: Callable[[], Awaitable[bool]] | None = None,
+                 recheck_s: float = RECHECK_S, sub: Subscriber | None = None) -> AsyncGenerator[bytes, None]:
+    """The SSE body for one viewer: its events until ``end``, a comment when idle for ``heartbeat_s``. With
+    ``valid``, asked again every ``recheck_s``: once the caller's token no longer stands, the stream ends (the
+    browser's reconnection then meets a 401). ``sub``: already subscribed (the route does, to answer 429 in time)."""
+    sub = sub or fanout.subscribe(run_id, who)
+    checked = idle_since = time.monotonic()
+    wait = heartbeat_s if valid is None else min(heartbeat_s, recheck_s)
     try:
         yield b"retry: 3000\n\n"
         while True:
+            got = True
             try:
-                ev = await asyncio.wait_for(sub.queue.get(), heartbeat_s)
+                ev = await asyncio.wait_for(sub.queue.get(), wait)
             except TimeoutError:
-                yield b": keepalive\n\n"
-                continue
+                got, ev = False, None
+            if got and ev is None:
+                return                                   # the run ended: ``end`` was the last event
+            now = time.monotonic()
+            if valid is not None and now - checked >= recheck_s:
+                checked = now
+                if not await valid():
+                    return
             if ev is None:
-                return
+                if now - idle_since >= heartbeat_s:
+                    idle_since = now
+                    yield b": keepalive\n\n"
+                continue
+            idle_since = now
             yield ev.encode()
     finally:
         fanout.unsubscribe(sub)
@@ -319,6 +359,25 @@ def _check(db: sessionmaker[Session], run_id: str) -> None:
 async def live(request: Request, run_id: Annotated[str, Path(max_length=64)]) -> StreamingResponse:
     """The run's progress as server-sent events: ``status`` (steps' states and progress), ``sample`` (IOPS,
     MB/s, latency each second of a running step), then ``end`` once the run ended."""
-    await asyncio.to_thread(_check, request.app.state.web.sessions, run_id)
-    return StreamingResponse(stream(fanout_of(request), run_id), media_type="text/event-stream",
+    web = request.app.state.web
+    await asyncio.to_thread(_check, web.sessions, run_id)
+    who: Principal = request.state.principal
+    checks: dict[tuple[str, str, str | None], tuple[float, bool]] = web.extras.setdefault("live-auth", {})
+
+    async def valid() -> bool:
+        """Still standing? One store query per token and second, whatever the number of its streams."""
+        k = (who.name, who.key, who.csrf)
+        at, ok = checks.get(k, (0.0, True))
+        if time.monotonic() - at >= RECHECK_S:
+            ok = await asyncio.to_thread(still_valid, request, who)
+            if len(checks) > 10_000:
+                checks.clear()
+            checks[k] = (time.monotonic(), ok)
+        return ok
+
+    fan = fanout_of(request)
+    sub = fan.subscribe(run_id, who.name)        # Busy (429) now, before the response starts
+    body = stream(fan, run_id, who=who.name, valid=valid, sub=sub)
+    weakref.finalize(body, fan.unsubscribe, sub)   # a client gone before the first byte: the body never starts
+    return StreamingResponse(body, media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

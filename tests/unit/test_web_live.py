@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from labcontract.errors import Busy
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Attempt, Base, Run, Step
 from orchestrator.web import live
@@ -50,7 +52,7 @@ def test_fifty_viewers_share_one_poller() -> None:
 
     async def main() -> None:
         fan = Fanout(make, interval_s=0.02)
-        subs = [fan.subscribe("r1") for _ in range(50)]
+        subs = [fan.subscribe("r1", f"viewer-{i}") for i in range(50)]
         assert list(polls) == ["r1"] and fan.viewers("r1") == 50
         await until(lambda: polls["r1"].calls >= 5)
         # every viewer got the same events, and the poll ran once per tick, not once per viewer
@@ -245,5 +247,44 @@ def test_a_late_viewer_gets_the_whole_picture_not_the_last_change() -> None:
         assert late.queue.get_nowait() is full    # one joining gets everything
         fan.unsubscribe(first)
         fan.unsubscribe(late)
+
+    aio.run(main())
+
+
+def test_streams_are_bounded_per_token_and_in_all_and_leaving_frees_them() -> None:
+    async def main() -> None:
+        fan = live.Fanout(lambda rid: Counter(), interval_s=0.01)
+        mine = [fan.subscribe("r", "alice") for _ in range(live.MAX_PER_TOKEN)]
+        with pytest.raises(Busy, match=f"alice has {live.MAX_PER_TOKEN} live streams"):
+            fan.subscribe("r", "alice")
+        fan.subscribe("r", "bob")                      # another token still may
+        fan.unsubscribe(mine[0])
+        fan.unsubscribe(mine[0])                       # twice (stream end, then collection): counted once
+        assert fan.streams["alice"] == live.MAX_PER_TOKEN - 1
+        fan.subscribe("r", "alice")
+        for i in range(live.MAX_STREAMS - sum(fan.streams.values())):
+            fan.subscribe("r", f"v{i}")
+        with pytest.raises(Busy, match="live streams are open"):
+            fan.subscribe("r", "carol")
+
+    aio.run(main())
+
+
+def test_a_stream_ends_once_its_token_no_longer_stands() -> None:
+    async def main() -> None:
+        fan = live.Fanout(lambda rid: Counter(), interval_s=0.01)
+        standing = [True]
+
+        async def valid() -> bool:
+            return standing[0]
+
+        s = live.stream(fan, "r", who="alice", valid=valid, recheck_s=0.02)
+        assert await s.__anext__() == b"retry: 3000\n\n"
+        await asyncio.wait_for(s.__anext__(), 2)      # events flow while the token stands
+        standing[0] = False
+        with pytest.raises(StopAsyncIteration):
+            while True:
+                await asyncio.wait_for(s.__anext__(), 2)
+        assert fan.streams == {}
 
     aio.run(main())

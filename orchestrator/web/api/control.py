@@ -38,7 +38,8 @@ def load_web_suite(name: str | None, text: str | None) -> Suite:
         if name not in known:
             raise SuiteError(name[:128], [Problem("suite", f"no built-in suite {name[:128]!r} (built-in: "
                                                            f"{', '.join(known)})")])
-        return load_suite(name)
+        # named as the caller named it: the server's path to its built-in suites is not the caller's business
+        return load_suite(name).model_copy(update={"source": name})
     assert text is not None
     return parse_suite(text, YAML_SOURCE)
 

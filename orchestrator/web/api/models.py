@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from labcontract.protocol import MAX_ROUNDS_CAP
+from labcontract.protocol import MAX_ROUNDS_CAP, TokenName
 from labcontract.suite import MAX_RUNTIME_S, MAX_SUITE_BYTES
 
 Value = str | int | float | bool | None
@@ -18,7 +18,6 @@ Epoch = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
 HostName = Annotated[str, Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$")]
 StartHost = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 DeviceRef = Annotated[str, Field(pattern=r"^[A-Za-z0-9/_.:+@,=-]{1,512}$")]
-TokenName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 class Closed(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Form, Path, Request
+from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from labcontract.protocol import Release
@@ -28,11 +28,16 @@ def home(request: Request) -> HTMLResponse:
 
 
 @router.get("/hosts", response_class=HTMLResponse)
-def hosts(request: Request, done: str = "") -> HTMLResponse:
+def hosts(request: Request, released: Annotated[str, Query(max_length=64)] = "",
+          device: Annotated[str, Query(max_length=512)] = "") -> HTMLResponse:
     need(request, "viewer")
     with request.app.state.web.sessions() as s:
         rows = queries.list_hosts(s)
-    return render(request, "hosts.html", hosts=rows, done=done[:200])
+    done = ""        # said only of a host (and DUT) the store knows: a link cannot make the page say anything
+    host = next((h for h in rows if h["name"] == released), None)
+    if host is not None and (not device or any(d["name"] == device for d in host.get("devices", ()))):
+        done = f"released {released}{' ' + device if device else ''}"
+    return render(request, "hosts.html", hosts=rows, done=done)
 
 
 @router.post("/hosts/{host}/release")
@@ -43,5 +48,4 @@ def release(request: Request, who: Annotated[Principal, Depends(require("admin")
     target = device or None
     request.app.state.web.commander.send(Release(host=host, device=target, reply_to="-"), who.actor,
                                          f"release of {host}{':' + device if device else ''}")
-    done = f"released {host}{' ' + device if device else ''}"
-    return RedirectResponse(f"/hosts?{qs({'done': done})}", status_code=303)
+    return RedirectResponse(f"/hosts?{qs({'released': host, 'device': device})}", status_code=303)

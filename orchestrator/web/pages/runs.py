@@ -67,14 +67,15 @@ def runs(request: Request, state: Text = "", suite: Text = "", host: Text = "", 
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, run_id: RunId, done: Annotated[str, Query(max_length=200)] = "") -> HTMLResponse:
+def run_page(request: Request, run_id: RunId,
+             done: Literal["cancel", "pause", "resume", "rerun"] | None = None) -> HTMLResponse:
     need(request, "viewer")
     with request.app.state.web.sessions() as s:
         run = queries.run_dict(s, run_id)
     ended = run["state"] not in ACTIVE
     rerunnable = ended and any(st["state"] in ("FAILED", "CANCELLED", "LOST") for st in run["steps"])
     return render(request, "run.html", run=run, ended=ended, active=not ended, rerunnable=rerunnable,
-                  done=done)
+                  done=f"{done} accepted" if done else "")    # fixed texts: a link cannot make the page say anything
 
 
 COMMANDS: dict[str, type[Message]] = {"cancel": Cancel, "pause": Pause, "resume": Resume, "rerun": Rerun}
@@ -92,7 +93,7 @@ def run_action(request: Request, who: Annotated[Principal, Depends(require("engi
         fields["reason"] = reason.strip() or f"cancelled by {who.name}"
     cmd = COMMANDS[action].model_validate(fields)
     request.app.state.web.commander.send(cmd, who.actor, f"{action} of run {run_id}")
-    return RedirectResponse(f"/runs/{run_id}?{qs({'done': f'{action} accepted'})}", status_code=303)
+    return RedirectResponse(f"/runs/{run_id}?{qs({'done': action})}", status_code=303)
 
 
 def _report_response(html: str) -> HTMLResponse:
