@@ -544,6 +544,22 @@ def analyze_steady_state(
     print(verdict.reason, file=sys.stderr)
 
 
+@analyze_app.command("changes")
+@fails_cleanly
+def analyze_changes(
+    file: Annotated[Path, typer.Argument(help="CSV with a header naming a 'value' column; one row per run, "
+                                              "in time order (other columns are ignored).")],
+) -> None:
+    """Change points of a run history (E-Divisive means): prints 'change at row N: BEFORE -> AFTER'
+    lines (N: the 1-based data row of the first run after the change) or 'no change'."""
+    from orchestrator.stats.changes_csv import analyze_changes_detailed
+
+    lines, how = analyze_changes_detailed(file)
+    for line in lines:
+        print(line)
+    print(how, file=sys.stderr)
+
+
 # --- daemons ------------------------------------------------------------------------------------
 
 @app.command()

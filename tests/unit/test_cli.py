@@ -35,6 +35,23 @@ def test_analyze_reports_every_bad_line(tmp_path: Path) -> None:
     assert "line 3: not a number" in res.stderr and "line 5: not a number" in res.stderr
 
 
+def test_analyze_changes_prints_each_change_or_no_change(tmp_path: Path) -> None:
+    f = tmp_path / "history.csv"
+    values = [100, 102, 99, 101, 100, 98, 101, 100, 99, 101, 80, 81, 79, 80, 82, 80, 79, 81, 80, 80]
+    f.write_text("run,value\n" + "".join(f"r{i},{v}\n" for i, v in enumerate(values, 1)))
+    res = runner.invoke(app, ["analyze", "changes", str(f)])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines() == ["change at row 11: 100.1 -> 80.20"]
+    flat = tmp_path / "flat.csv"
+    flat.write_text("value\n" + "".join(f"{100 + (i % 3)}\n" for i in range(20)))
+    res = runner.invoke(app, ["analyze", "changes", str(flat)])
+    assert res.exit_code == 0 and res.stdout.splitlines() == ["no change"]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("iops\n1\n")
+    res = runner.invoke(app, ["analyze", "changes", str(bad)])
+    assert res.exit_code == 1 and "value" in res.stderr and "history too short" not in res.stdout
+
+
 def test_suite_list_and_render_builtins() -> None:
     res = runner.invoke(app, ["suite", "list"])
     assert res.exit_code == 0

@@ -1,0 +1,229 @@
+"""Tests for orchestrator.stats.significance.
+
+Welch's test is checked three ways: a published example (Wikipedia, "Welch's t-test", example 1:
+t = -2.46, df = 25.0, p = 0.021 for a vs b, so +2.46 for b - a), its statistics recomputed here
+from the textbook formulas, and its p-value recomputed by integrating the t density numerically
+(independent of the incomplete beta function the module uses). Mann-Whitney is checked against
+the counts of its exact distribution (C(n1+n2, n1) equally likely arrangements) and printed
+critical values, and its tie-corrected variance against the permutation variance of midranks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from orchestrator.stats import significance as sig
+from orchestrator.stats.summary import t_ppf, t_sf2
+
+WIKI_A = [27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7, 21.4]
+WIKI_B = [27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5, 24.4]
+
+
+def _t_two_sided_by_integration(t: float, df: float) -> float:
+    """1 - 2 * integral_0^|t| of the t density, Simpson's rule on a fine grid."""
+    x = np.linspace(0.0, abs(t), 20_001)
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    y = c * (1 + x * x / df) ** (-(df + 1) / 2)
+    h = x[1] - x[0]
+    integral = h / 3 * (y[0] + y[-1] + 4 * y[1:-1:2].sum() + 2 * y[2:-1:2].sum())
+    return float(1 - 2 * integral)
+
+
+def test_welch_published_example() -> None:
+    w = sig.welch(WIKI_A, WIKI_B)
+    assert w.t == pytest.approx(2.46, abs=0.005)
+    assert w.df == pytest.approx(25.0, abs=0.05)
+    assert w.p == pytest.approx(0.021, abs=0.0005)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (WIKI_A, WIKI_B),
+        ([41_000, 40_200, 39_800, 40_500], [43_100, 42_000, 44_400, 42_900, 43_800]),
+        ([1.0, 2.0, 3.0], [1.5, 9.0, 2.0, 4.0, 3.3, 2.2]),
+    ],
+)
+def test_welch_against_formulas(a: list[float], b: list[float]) -> None:
+    na, nb = len(a), len(b)
+    ma, mb = sum(a) / na, sum(b) / nb
+    va = sum((x - ma) ** 2 for x in a) / (na - 1)
+    vb = sum((x - mb) ** 2 for x in b) / (nb - 1)
+    se = math.sqrt(va / na + vb / nb)
+    df = (va / na + vb / nb) ** 2 / ((va / na) ** 2 / (na - 1) + (vb / nb) ** 2 / (nb - 1))
+    sp = math.sqrt(((na - 1) * va + (nb - 1) * vb) / (na + nb - 2))
+    g = (mb - ma) / sp * (1 - 3 / (4 * (na + nb) - 9))
+
+    w = sig.welch(a, b)
+    assert w.diff == pytest.approx(mb - ma)
+    assert w.t == pytest.approx((mb - ma) / se)
+    assert w.df == pytest.approx(df)
+    assert w.p == pytest.approx(_t_two_sided_by_integration(w.t, df), abs=1e-7)
+    assert w.hedges_g == pytest.approx(g)
+    # The interval's ends are exactly where the difference would stop being significant at 5%.
+    assert w.ci_low < w.diff < w.ci_high
+    assert t_sf2((w.diff - w.ci_low) / se, df) == pytest.approx(0.05, abs=1e-9)
+    assert w.ci_high - w.diff == pytest.approx(w.diff - w.ci_low)
+
+
+def test_welch_needs_two_values_a_side() -> None:
+    with pytest.raises(ValueError, match="single runs"):
+        sig.welch([1.0], [1.0, 2.0])
+
+
+def test_welch_without_spread() -> None:
+    same = sig.welch([5.0, 5.0], [5.0, 5.0, 5.0])
+    assert (same.p, same.t, same.hedges_g) == (1.0, 0.0, None)
+    apart = sig.welch([5.0, 5.0], [6.0, 6.0])
+    assert apart.p == 0.0 and apart.t == math.inf and apart.ci_low == apart.ci_high == 1.0
+
+
+@pytest.mark.parametrize(("n1", "n2"), [(1, 1), (2, 3), (3, 3), (4, 6), (7, 5)])
+def test_u_distribution_counts_every_arrangement(n1: int, n2: int) -> None:
+    counts = sig._u_counts(n1, n2)
+    assert len(counts) == n1 * n2 + 1
+    assert sum(counts) == math.comb(n1 + n2, n1)
+    assert counts == counts[::-1]  # symmetric about n1 n2 / 2
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "p"),
+    [
+        ([1, 2, 3], [4, 5, 6], 2 / 20),  # complete separation: 2 of C(6,3) arrangements as extreme
+        ([1, 2, 4], [3, 5, 6], 4 / 20),  # U = 1 (or 8): P(U <= 1) = 2/20, two-sided 0.2
+        ([1, 2, 3, 4], [5, 6, 7, 8], 2 / 70),
+        ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], 2 / 252),  # printed as 0.0079 in the tables
+    ],
+)
+def test_mann_whitney_exact(a: list[float], b: list[float], p: float) -> None:
+    r = sig.mann_whitney(a, b)
+    assert r.exact and r.z is None
+    assert r.p == pytest.approx(p)
+    assert sig.mann_whitney(b, a).p == pytest.approx(p)
+
+
+def test_mann_whitney_u_and_effect_by_pair_counting() -> None:
+    a, b = [3.1, 1.0, 7.5, 4.0], [5.0, 6.2, 2.0, 8.8, 9.1]
+    pairs = [(x, y) for x in a for y in b]
+    u = sum(1.0 if y > x else 0.5 if y == x else 0.0 for x, y in pairs)
+    r = sig.mann_whitney(a, b)
+    assert r.u == u
+    assert r.rank_biserial == pytest.approx(2 * u / len(pairs) - 1)
+    assert r.hodges_lehmann == pytest.approx(float(np.median([y - x for x, y in pairs])))
+
+
+def test_mann_whitney_normal_approximation_with_ties() -> None:
+    a = [1, 2, 2, 3, 3, 3, 4, 5, 5, 6]
+    b = [3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 9]
+    allv = a + b
+    n, na, nb = len(allv), len(a), len(b)
+    # Midranks, then the permutation variance of the rank sum: na nb / (n (n-1)) * sum (R - (n+1)/2)^2.
+    srt = sorted(allv)
+    mid = {v: (srt.index(v) + 1 + len(srt) - srt[::-1].index(v)) / 2 for v in set(allv)}
+    ranks = [mid[v] for v in allv]
+    var = na * nb / (n * (n - 1)) * sum((r - (n + 1) / 2) ** 2 for r in ranks)
+    u = sum(ranks[na:]) - nb * (nb + 1) / 2
+    z = (abs(u - na * nb / 2) - 0.5) / math.sqrt(var)
+    r = sig.mann_whitney(a, b)
+    assert not r.exact
+    assert r.u == u
+    assert r.z == pytest.approx(z)
+    assert r.p == pytest.approx(math.erfc(z / math.sqrt(2)))
+    assert r.p < 0.05
+
+
+def test_mann_whitney_normal_close_to_exact_for_larger_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(7)
+    a = list(rng.normal(100, 10, 20))
+    b = list(rng.normal(108, 10, 20))
+    exact = sig.mann_whitney(a, b)
+    monkeypatch.setattr(sig, "EXACT_MAX_N", 5)
+    approx = sig.mann_whitney(a, b)
+    assert exact.exact and not approx.exact
+    assert approx.p == pytest.approx(exact.p, abs=0.005)
+
+
+def test_mann_whitney_all_equal() -> None:
+    r = sig.mann_whitney([2.0, 2.0, 2.0], [2.0, 2.0])
+    assert r.p == 1.0 and r.rank_biserial == 0.0
+
+
+def test_shift_interval_uses_critical_value() -> None:
+    # n1 = n2 = 5, 95% two-sided: the critical U is 2, so the interval runs from the 3rd smallest
+    # to the 3rd largest of the 25 pairwise differences.
+    a = [10.0, 11.0, 12.5, 9.0, 10.5]
+    b = [12.0, 13.5, 11.0, 14.0, 12.8]
+    diffs = sorted(y - x for x in a for y in b)
+    assert sig.shift_ci(a, b) == (diffs[2], diffs[-3])
+    assert sig.shift_ci([1.0, 2.0], [3.0, 4.0]) is None  # too few pairs for any 95% interval
+
+
+def test_judge_single_runs_cannot_be_judged() -> None:
+    v = sig.judge([40_000], [44_000, 45_000])
+    assert v.kind == "cannot be judged"
+    assert v.reason == "single runs: a difference cannot be judged"
+    assert v.p is None and v.ci_low is None
+    assert v.rel_diff_pct == pytest.approx(11.25)
+    assert not v.significant
+
+
+def test_judge_significant_with_welch() -> None:
+    v = sig.judge(WIKI_A, WIKI_B)
+    w = sig.welch(WIKI_A, WIKI_B)
+    assert v.kind == "significant" and v.significant and v.test == "welch"
+    assert (v.p, v.effect_size, v.ci_low, v.ci_high, v.diff) == (w.p, w.hedges_g, w.ci_low, w.ci_high, w.diff)
+    assert v.effect_name == "Hedges' g"
+    assert v.rel_diff_pct == pytest.approx(w.diff / (sum(WIKI_A) / 15) * 100)
+    assert v.reason.startswith("+")
+    assert sig.judge(WIKI_A, WIKI_B, alpha=0.01).kind == "no significant difference"
+
+
+def test_judge_no_significant_difference() -> None:
+    v = sig.judge([40_000, 42_000, 38_000], [41_000, 43_000, 39_500])
+    assert v.kind == "no significant difference"
+    assert v.reason.startswith("no significant difference")
+    assert v.ci_low is not None and v.ci_high is not None and v.ci_low < 0 < v.ci_high
+
+
+def test_judge_with_mann_whitney() -> None:
+    a, b = [1.0, 1.2, 0.9, 1.1, 1.05], [1.6, 1.4, 1.9, 5.0, 1.5]
+    v = sig.judge(a, b, test="mann-whitney")
+    assert v.test == "mann-whitney" and v.kind == "significant"
+    assert v.p == pytest.approx(2 / 252)
+    assert v.effect_name == "rank-biserial r" and v.effect_size == 1.0
+    assert v.ci_low is not None and v.ci_high is not None and v.ci_low <= v.diff <= v.ci_high  # type: ignore[operator]
+
+
+def test_judge_baseline_zero_has_no_relative_difference() -> None:
+    v = sig.judge([0.0, 0.0], [1.0, 1.0])
+    assert v.rel_diff_pct is None and v.kind == "significant"
+
+
+def test_judge_refuses_bad_alpha() -> None:
+    with pytest.raises(ValueError):
+        sig.judge([1.0, 2.0], [1.0, 2.0], alpha=0.0)
+
+
+@pytest.mark.parametrize(
+    ("metric", "test"),
+    [
+        ("iops", "welch"), ("read_iops", "welch"), ("bw_bytes", "welch"), ("lat_mean_us", "welch"),
+        ("lat_avg_ms", "welch"), ("tps", "welch"), ("initiator_iops", "welch"),
+        ("p99", "mann-whitney"), ("lat_p99_us", "mann-whitney"), ("lat_p95_ms", "mann-whitney"),
+        ("lat_p99.9_us", "mann-whitney"), ("lat_max_ns", "mann-whitney"), ("lat_stddev_us", "mann-whitney"),
+        ("latency.percentiles", "mann-whitney"),
+    ],
+)
+def test_test_for_metric_family(metric: str, test: str) -> None:
+    assert sig.test_for(metric) == test
+
+
+def test_quantile_used_for_interval_is_t() -> None:
+    # With 3 vs 3 values and equal spread, df = 4 and the half width is t(0.975, 4) * se.
+    w = sig.welch([1.0, 2.0, 3.0], [2.0, 3.0, 4.0])
+    assert w.df == pytest.approx(4.0)
+    se = math.sqrt(1 / 3 + 1 / 3)
+    assert w.ci_high - w.diff == pytest.approx(t_ppf(0.975, 4) * se)
