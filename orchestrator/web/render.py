@@ -33,7 +33,10 @@ STDERR_TAIL = 2000
 MAX_CONCURRENT = 2              # reports drawn at once (each draws with up to 4 processes of its own)
 MAX_CACHED = 500                # reports of ended runs kept (each 0.2-2 MB)
 MAX_CACHE_BYTES = 1 << 30
+MAX_WAITING = 4                 # requests waiting for a drawing slot (each holds a server thread); beyond: Busy
+WAIT_S = 60.0
 _drawing = threading.BoundedSemaphore(MAX_CONCURRENT)
+_waiting = threading.BoundedSemaphore(MAX_WAITING)
 
 
 def cache_path(cache_dir: Path, kind: str, run_ids: Sequence[str], ended: Sequence[float | None]) -> Path | None:
@@ -51,11 +54,21 @@ def render(kind: str, run_ids: Sequence[str], *, store_url: str, artifact_dir: P
     when drawing takes longer than ``timeout_s``."""
     if cache is not None and cache.is_file():
         return cache.read_text(encoding="utf-8")
-    # never waited for: a request that waited for a slot would hold a thread of the server's pool, and a few
-    # dozen parallel requests of one viewer would stall every request of everyone (the red team's finding 1)
+    # a waiting request holds a thread of the server's pool: a few may wait (a page framing a report while
+    # another is drawn), more are refused at once, so that parallel requests of one viewer never stall every
+    # request of everyone (the red team's finding 1)
     if not _drawing.acquire(blocking=False):
-        raise Busy(f"{MAX_CONCURRENT} reports are being drawn; try again in a few seconds")
+        if not _waiting.acquire(blocking=False):
+            raise Busy(f"{MAX_CONCURRENT} reports are being drawn and {MAX_WAITING} wait; try again in a few seconds")
+        try:
+            got = _drawing.acquire(timeout=min(timeout_s, WAIT_S))
+        finally:
+            _waiting.release()
+        if not got:
+            raise Busy(f"{MAX_CONCURRENT} reports are being drawn; try again in a few seconds")
     try:
+        if cache is not None and cache.is_file():        # drawn by the request this one waited for
+            return cache.read_text(encoding="utf-8")
         html = _draw(kind, run_ids, store_url, artifact_dir, cache, work_dir, timeout_s)
     finally:
         _drawing.release()

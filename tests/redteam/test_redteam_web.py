@@ -563,5 +563,5 @@ def test_report_flood_does_not_stall_the_service(web: WebHandle) -> None:  # noq
         took = time.monotonic() - t
         codes = [f.result() for f in futures]
     flood.close()
-    assert codes.count(429) >= 50, codes          # beyond the drawing slots: refused at once, never queued
+    assert codes.count(429) >= 50, codes          # beyond the slots and a few waiting: refused at once
     assert ok and took < 5, f"an admin's whoami took {took:.1f}s during the flood"
