@@ -267,6 +267,8 @@ class FioRunner:
             return thread.is_alive()
         if attempt.file("released").exists() or self.running(attempt):
             return False
+        if attempt.file("cleanup-error").exists():   # tried and failed: the next report tries again (collect),
+            return False                              # never a thread restarted by whoever asks next
         kind = self.kind_of(attempt)
         if kind is None or not kind.slow_cleanup:
             return False

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.labs.lab import wait_for
 from orchestrator.queries import RunDetail
-from tests.conftest import LabHandle, one_workload, pid_alive
+from tests.conftest import LabHandle, one_workload, pid_alive, start_lab
 
 pytestmark = pytest.mark.integration
 
@@ -91,8 +91,17 @@ def squatter(loop: str, directory: Path) -> Iterator[None]:
             subprocess.run(["losetup", "-d", device], capture_output=True)
 
 
-def test_a_vanished_dut_is_quarantined_until_released(fresh_lab: LabHandle, tmp_path: Path) -> None:
-    lab = fresh_lab
+@pytest.fixture
+def odd_lab(tmp_path: Path) -> Iterator[LabHandle]:
+    """A lab whose DUT has a size no other lab's has (97 MiB): the loop number it leaves may be taken at once by a
+    lab of a test running beside this one (pytest-xdist), and a device of the same size there would pass for it."""
+    handle = start_lab(tmp_path / "lab", size_mib=97)
+    yield handle
+    handle.lab.stop()
+
+
+def test_a_vanished_dut_is_quarantined_until_released(odd_lab: LabHandle, tmp_path: Path) -> None:
+    lab = odd_lab
     dut = lab.duts["dut0"]
     assert dut.loop, "needs a loop device (root)"
     left = dut.loop
@@ -101,7 +110,7 @@ def test_a_vanished_dut_is_quarantined_until_released(fresh_lab: LabHandle, tmp_
         def quarantined() -> bool:
             out = lab.labctl("hosts").stdout
             return "QUARANTINED" in out
-        wait_for(quarantined, 30, "the DUT to be quarantined", interval=0.5)
+        wait_for(quarantined, 60, "the DUT to be quarantined", interval=0.5)
         listing = lab.labctl("hosts").stdout
         assert "present check failed 3" in listing and "has size" in listing, listing     # (wrapped table)
         with squatter(left, tmp_path):          # meanwhile another process takes the number it left
