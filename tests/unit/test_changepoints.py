@@ -134,10 +134,10 @@ def test_noise_free_step_and_constant() -> None:
 
 def test_three_hundred_points_take_under_a_second() -> None:
     x = list(_noise(np.random.default_rng(5), 300) * _levels((100, 1.0), (100, 1.2), (100, 1.0)))
-    start = time.perf_counter()
+    start = time.thread_time()          # CPU time: what the detector costs, whatever else the machine runs
     found = detect_changes(x)
-    took = time.perf_counter() - start
-    print(f"\n300 points, two steps: {took:.3f} s")
+    took = time.thread_time() - start
+    print(f"\n300 points, two steps: {took:.3f} s of CPU")
     assert [abs(c.index - t) <= 2 for c, t in zip(found, (100, 200), strict=True)] == [True, True]
     assert took < 1.0
 
