@@ -162,23 +162,30 @@ def write_secret(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def read_password_file(path: str | Path) -> str:
-    """The password in ``path`` (first line). Refused if others can read it or it is not a regular file."""
+def first_line_of_private_file(path: str | Path, what: str, *, others: int, hint: str, max_bytes: int) -> str:
+    """The first line of ``path``, stripped, for a secret: refused (ConfigError naming ``what``) when it is not a
+    regular file or its mode has any bit of ``others`` (``hint`` says the fix); at most ``max_bytes`` are read."""
     p = Path(path)
     try:
         st = p.stat()
         if not stat.S_ISREG(st.st_mode):
-            raise ConfigError("broker password file", str(p), "is not a regular file")
-        if st.st_mode & 0o007:
-            raise ConfigError("broker password file", str(p),
-                              f"mode {stat.S_IMODE(st.st_mode):04o} lets other users read it (chmod 600 or 640)")
-        raw = p.read_bytes()[:PASSWORD_MAX + 2]
+            raise ConfigError(what, str(p), "is not a regular file")
+        if st.st_mode & others:
+            raise ConfigError(what, str(p), f"mode {stat.S_IMODE(st.st_mode):04o} {hint}")
+        raw = p.read_bytes()[:max_bytes]
     except OSError as e:
-        raise ConfigError("broker password file", str(p), f"cannot be read: {e.strerror}") from None
+        raise ConfigError(what, str(p), f"cannot be read: {e.strerror}") from None
     lines = raw.decode(errors="replace").splitlines()
-    password = lines[0].strip() if lines else ""
+    return lines[0].strip() if lines else ""
+
+
+def read_password_file(path: str | Path) -> str:
+    """The password in ``path`` (first line). Refused if others can read it or it is not a regular file."""
+    password = first_line_of_private_file(path, "broker password file", others=0o007,
+                                          hint="lets other users read it (chmod 600 or 640)",
+                                          max_bytes=PASSWORD_MAX + 2)
     if not password or len(password) > PASSWORD_MAX:
-        raise ConfigError("broker password file", str(p), f"holds no password of 1-{PASSWORD_MAX} characters")
+        raise ConfigError("broker password file", str(path), f"holds no password of 1-{PASSWORD_MAX} characters")
     return password
 
 

@@ -17,12 +17,12 @@ import os
 import re
 import socket
 import ssl
-import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from labcontract.brokerauth import first_line_of_private_file
 from labcontract.errors import (
     AccessError,
     CommandRefused,
@@ -49,21 +49,10 @@ def read_token_file(path: str | Path) -> str:
     """The token in ``path`` (first line). Refused when it is not a regular file or when anyone but its owner
     may read or write it: a token is one person's authority (``chmod 600``), unlike a broker password file that
     a service group may share."""
-    p = Path(path)
-    try:
-        st = p.stat()
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError("token file", str(p), "is not a regular file")
-        if st.st_mode & 0o077:
-            raise ConfigError("token file", str(p), f"mode {stat.S_IMODE(st.st_mode):04o} lets other users "
-                                                    "read or change it (chmod 600)")
-        raw = p.read_bytes()[:TOKEN_MAX + 2]
-    except OSError as e:
-        raise ConfigError("token file", str(p), f"cannot be read: {e.strerror}") from None
-    lines = raw.decode(errors="replace").splitlines()
-    token = lines[0].strip() if lines else ""
+    token = first_line_of_private_file(path, "token file", others=0o077, max_bytes=TOKEN_MAX + 2,
+                                       hint="lets other users read or change it (chmod 600)")
     if not TOKEN_RE.fullmatch(token):
-        raise ConfigError("token file", str(p), f"holds no token of 1-{TOKEN_MAX} printable characters")
+        raise ConfigError("token file", str(path), f"holds no token of 1-{TOKEN_MAX} printable characters")
     return token
 
 
