@@ -44,11 +44,17 @@ def self_test(host: str, state_dir: Path, fio_binary: str) -> HealthCheck:
 
 
 def device_checks(dut: DeclaredDut) -> list[HealthCheck]:
-    """The DUT is there (a block device with a size, or the file) and reads back its serial."""
+    """The DUT is there (a block device with a size, or the file) with the size it was declared with, and
+    reads back its serial. A size of its own is the one identity a loop device or a file has: the loop
+    number a DUT left may be taken at once by another process's file, and that is not the DUT."""
     try:
         now = declare_dut(dut.path, ())
     except ConfigError as e:
         return [HealthCheck(check="present", target=dut.path, ok=False, detail=e.message)]
+    if dut.size_bytes and now.size_bytes != dut.size_bytes:
+        return [HealthCheck(check="present", target=dut.path, ok=False,
+                            detail=f"{dut.path} has size {now.size_bytes} bytes; declared with {dut.size_bytes} "
+                                   "(another device on its path?)")]
     checks = [HealthCheck(check="present", target=dut.path, ok=True, detail=f"{now.size_bytes} bytes")]
     if dut.kind == "block":
         checks.append(HealthCheck(check="serial", target=dut.path, ok=True, detail=now.serial or "no serial",

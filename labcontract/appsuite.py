@@ -58,6 +58,8 @@ class AppSuiteDocument(BaseModel):
     cell_limit: Annotated[int, Field(ge=1, le=10_000)] = 1000
     phases: AppPhases = AppPhases()
     retry: Retry = Retry()
+    repeat: Annotated[int, Field(ge=1, le=50)] = 1        # runs of every point (labcontract.suite.MAX_REPEAT)
+    repeat_order: Literal["interleaved", "back_to_back"] = "interleaved"
     sysbench: SysbenchParams | None = None
     pgbench: PgbenchParams | None = None
     external: ExternalParams | None = None
@@ -159,10 +161,11 @@ def test_name(params: AppParams) -> str:
     return params.workload
 
 
-def count_app_steps(kind: str, params: AppParams, n_modes: int, purge: bool, provision: bool) -> int:
+def count_app_steps(kind: str, params: AppParams, n_modes: int, purge: bool, provision: bool,
+                    repeat: int = 1) -> int:
     """Steps the planner makes: per OP mode a purge (or dut_state), a prepare (not external) and a step per
-    point; provisioning adds the host's provisioning and facts before and after."""
-    per_mode = len(ladder(params)) + (kind != "external") + (1 if purge or provision else 0)
+    point (each ``repeat`` times); provisioning adds the host's provisioning and facts before and after."""
+    per_mode = len(ladder(params)) * repeat + (kind != "external") + (1 if purge or provision else 0)
     return per_mode * n_modes + (3 if provision else 0)
 
 
@@ -236,7 +239,8 @@ def validate_document(data: dict[str, Any], source: str) -> AppSuiteDocument:
         problems += [p for p in found if not (p.message == "must not be empty" and any(
             q.location.startswith(p.location + "[") for q in found))]
     if doc is not None and not problems:
-        steps = count_app_steps(doc.kind, doc.params(), len(doc.op_modes), doc.phases.purge, doc.phases.provision)
+        steps = count_app_steps(doc.kind, doc.params(), len(doc.op_modes), doc.phases.purge, doc.phases.provision,
+                                doc.repeat)
         if steps > doc.cell_limit:
             problems.append(Problem("cell_limit", f"the suite expands to {steps} steps, over the limit of "
                                                   f"{doc.cell_limit}"))

@@ -62,6 +62,8 @@ BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
 # Bounds on everything a suite (and so a start message) may carry: checked before any work is done.
 MAX_SUITE_BYTES = 256 * 1024          # suite text, checked before YAML parsing
 MAX_YAML_DEPTH = 16                   # nesting of mappings / sequences in a suite
+MAX_REPEAT = 50                       # runs of one cell a suite (or --repeat) may ask for
+RepeatOrder = Literal["interleaved", "back_to_back"]
 MAX_CELLS = 10_000                    # hard ceiling of measured cells (and of cell_limit itself)
 MIN_BS, MAX_BS = 512, 64 << 20        # block size: 512 B .. 64 MiB, a multiple of 512
 MAX_RUNTIME_S = 7 * 86400             # a runtime (or precondition round) of at most 7 days
@@ -298,6 +300,8 @@ class SuiteDocument(BaseModel):
     phases: Phases = Phases()
     retry: Retry = Retry()
     network: Network | None = None
+    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT)] = 1      # runs of every measured cell (docs/statistics.md)
+    repeat_order: RepeatOrder = "interleaved"
     profiles: Annotated[list[ProfileEntry], Field(min_length=1, max_length=MAX_CELLS)]
 
     @field_validator("op_modes")
@@ -342,6 +346,8 @@ class Suite(BaseModel):
     kind: Literal["fio", "sysbench", "pgbench", "external"] = "fio"
     # an application suite's workload (labcontract.appsuite); its cells are () and its steps come from here
     app: SysbenchParams | PgbenchParams | ExternalParams | None = None
+    repeat: int = 1                      # each measured cell runs this many times (planner: repeat_order)
+    repeat_order: RepeatOrder = "interleaved"
 
     @property
     def sha256(self) -> str:
@@ -582,12 +588,12 @@ def starts_precondition_group(cells: Sequence[Cell], i: int) -> bool:
     return (prev.op_mode, prev.profile, prev.workload.identity) != (c.op_mode, c.profile, c.workload.identity)
 
 
-def count_steps(cells: list[Cell], phases: Phases, network: Network | None = None) -> int:
-    """Planned steps, as the planner makes them: measured cells; per precondition group a precondition
-    (and a purge); a purge per OP mode without preconditioning when the suite purges. A network cell is
-    one step per host (the target and each initiator; one initiator when the submission names them)."""
+def count_steps(cells: list[Cell], phases: Phases, network: Network | None = None, repeat: int = 1) -> int:
+    """Planned steps, as the planner makes them: measured cells (each ``repeat`` times); per precondition group
+    a precondition (and a purge); a purge per OP mode without preconditioning when the suite purges. A network
+    cell is one step per host (the target and each initiator; one initiator when the submission names them)."""
     if network is not None:
-        return len(cells) * (1 + max(len(network.initiators), 1))
+        return len(cells) * repeat * (1 + max(len(network.initiators), 1))
     groups = sum(starts_precondition_group(cells, i) for i in range(len(cells)))
     purges = groups if phases.purge else 0
     if phases.purge:
@@ -597,7 +603,7 @@ def count_steps(cells: list[Cell], phases: Phases, network: Network | None = Non
         # the host's provisioning, facts before and after; the purges become dut_state steps, and each
         # OP mode starts with one
         purges += 3 + (0 if phases.purge else len(dict.fromkeys(c.op_mode for c in cells)))
-    return len(cells) + groups + purges
+    return len(cells) * repeat + groups + purges
 
 
 def _load(text: object, source: str) -> dict[str, Any]:
@@ -655,17 +661,18 @@ def parse_suite(text: str, source: str) -> Suite:
         raise SuiteError(source, _dedupe(problems))
     cells, expand_problems = _expand(doc, combine=too_many is None)
     problems += [p for p in map(lambda p: _renumber(p, kept), expand_problems) if p not in problems]
-    steps = count_steps(cells, doc.phases, doc.network)
+    steps = count_steps(cells, doc.phases, doc.network, doc.repeat)
     if too_many is None and steps > doc.cell_limit:
+        runs = f" x repeat {doc.repeat}" if doc.repeat > 1 else ""
         problems.append(Problem("cell_limit", f"the suite expands to {steps} steps ({len(cells)} measured "
-                                              f"cells), over the limit of {doc.cell_limit}"))
+                                              f"cells{runs}), over the limit of {doc.cell_limit}"))
     if problems:
         raise SuiteError(source, _dedupe(problems))
     return Suite(name=doc.suite, description=doc.description,
                  devices=None if doc.devices == "any" else doc.devices, op_modes=tuple(doc.op_modes),
                  cell_limit=doc.cell_limit, phases=doc.phases, cells=tuple(cells), retry=doc.retry,
-                 network=doc.network, source=source,
-                 source_text=text)
+                 network=doc.network, source=source, source_text=text, repeat=doc.repeat,
+                 repeat_order=doc.repeat_order)
 
 
 def _parse_app_suite(data: dict[str, Any], text: str, source: str) -> Suite:
@@ -674,7 +681,8 @@ def _parse_app_suite(data: dict[str, Any], text: str, source: str) -> Suite:
     doc = validate_document(data, source)
     return Suite(name=doc.suite, description=doc.description, devices=doc.devices, op_modes=tuple(doc.op_modes),
                  cell_limit=doc.cell_limit, phases=Phases(purge=doc.phases.purge, provision=doc.phases.provision),
-                 cells=(), retry=doc.retry, source=source, source_text=text, kind=doc.kind, app=doc.params())
+                 cells=(), retry=doc.retry, source=source, source_text=text, kind=doc.kind, app=doc.params(),
+                 repeat=doc.repeat, repeat_order=doc.repeat_order)
 
 
 def steps_of(suite: Suite) -> int:
@@ -683,8 +691,8 @@ def steps_of(suite: Suite) -> int:
         from labcontract.appsuite import count_app_steps
 
         return count_app_steps(suite.kind, suite.app, len(suite.op_modes), suite.phases.purge,
-                               suite.phases.provision)
-    return count_steps(list(suite.cells), suite.phases, suite.network)
+                               suite.phases.provision, suite.repeat)
+    return count_steps(list(suite.cells), suite.phases, suite.network, suite.repeat)
 
 
 def measured_points(suite: Suite) -> int:
@@ -701,8 +709,8 @@ def measured_seconds(suite: Suite) -> int:
     application's prepare."""
     if suite.app is not None:
         warmup = 0 if isinstance(suite.app, ExternalParams) else suite.app.warmup
-        return measured_points(suite) * (suite.app.time + warmup)
-    return sum(w.expected_seconds for w in suite.workloads)
+        return measured_points(suite) * (suite.app.time + warmup) * suite.repeat
+    return sum(w.expected_seconds for w in suite.workloads) * suite.repeat
 
 
 def _valid_part(data: dict[str, Any], exc: ValidationError) -> tuple[SuiteDocument | None, list[int]]:
@@ -768,10 +776,14 @@ def load_suite(ref: str | Path) -> Suite:
     return parse_suite(text, str(p))
 
 
-def with_overrides(suite: Suite, *, runtime: int | None = None, scale: float | None = None) -> Suite:
+def with_overrides(suite: Suite, *, runtime: int | None = None, scale: float | None = None,
+                   repeat: int | None = None) -> Suite:
     """The suite with shorter (or longer) durations: ``runtime`` sets every measured cell's
     runtime; ``scale`` multiplies every duration (runtime, ramp, precondition round), at least 1 s.
-    Used by the demo, the tests and the benchmarks to run the built-in suites in seconds."""
+    Used by the demo, the tests and the benchmarks to run the built-in suites in seconds. ``repeat``
+    (a submission's ``--repeat``) replaces the suite's own."""
+    if repeat is not None:
+        suite = suite.model_copy(update={"repeat": repeat})
     if runtime is None and scale is None:
         return suite
     if suite.app is not None:
@@ -820,6 +832,19 @@ def capacity_problems(suite: Suite, size_bytes: int, device: str) -> list[Proble
                 f"{where}.footprint", f"footprint {format_size(int(w.footprint))} is larger than {device} "
                                       f"({size_bytes} bytes)")
     return list(problems.values())
+
+
+def repeat_problems(suite: Suite, repeat: int | None) -> list[Problem]:
+    """A ``--repeat`` that is out of bounds or takes the suite's steps past its ``cell_limit``."""
+    if repeat is None:
+        return []
+    if not 1 <= repeat <= MAX_REPEAT:
+        return [Problem("--repeat", f"{repeat} is not a repeat count (1-{MAX_REPEAT})")]
+    steps = steps_of(suite.model_copy(update={"repeat": repeat}))
+    if steps > suite.cell_limit:
+        return [Problem("--repeat", f"{repeat} repeats make {steps} steps, over the suite's cell_limit of "
+                                    f"{suite.cell_limit}")]
+    return []
 
 
 def override_problems(suite: Suite, runtime: int | None, scale: float | None) -> list[Problem]:

@@ -16,7 +16,7 @@ from typing import Any
 
 # keys of Step.cell that never identify a cell: the precondition round, a network step's host role, tool and
 # the lab's own path names (two labs with differently named paths still compare)
-_NOT_IDENTITY = frozenset({"round", "role", "tool", "phase", "net_paths"})
+_NOT_IDENTITY = frozenset({"round", "role", "tool", "phase", "net_paths", "repeat"})
 
 CellKey = tuple[tuple[str, str], ...]
 

@@ -4,7 +4,7 @@ side by side with."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -16,7 +16,7 @@ from orchestrator.queries import RunDetail
 from orchestrator.store.models import NetGroup
 
 if TYPE_CHECKING:
-    from orchestrator.compare import Entry, Metric
+    from orchestrator.cellmetrics import Entry, Metric
 
 
 def _g(x: float | None) -> str:
@@ -121,7 +121,7 @@ def print_net_run(console: Console, detail: RunDetail) -> None:
 def net_metrics(details: Sequence[RunDetail]) -> list[Metric]:
     """What a network comparison shows: total Gbps at the initiators (compared to the first run), at the
     target, IOPS, then each initiator path's Gbps (``host.path``, as the groups name them)."""
-    from orchestrator.compare import Metric
+    from orchestrator.cellmetrics import Metric
 
     paths = _initiator_paths([g for d in details for g in d.net_groups])
     return [Metric("gbps", "Gbps", "{:.3f}"), Metric("target_gbps", "target Gbps", "{:.3f}"),
@@ -135,23 +135,33 @@ def _identity(cell: dict[str, Any], with_op_mode: bool) -> CellKey:
     return identity({k: v for k, v in cell.items() if k != "net_paths"}, with_op_mode=with_op_mode)
 
 
-def net_cells(detail: RunDetail, with_op_mode: bool = False) -> dict[CellKey, Entry]:
-    """A network run's cells (orchestrator.cells keys: profile, MTU, path mode) with their window figures;
-    a cell planned but not measured yet is there with no figures, so a partial run shows what it lacks."""
-    from orchestrator.compare import Entry
+def net_entries(detail: RunDetail, with_op_mode: bool = False) -> Iterator[tuple[CellKey, Entry]]:
+    """A network run's measured groups (each repeat) as (cell key, entry) with their window figures, then a
+    cell planned but not measured yet with no figures, so a partial run shows what it lacks."""
+    from orchestrator.cellmetrics import Entry
 
-    cells: dict[CellKey, Entry] = {}
+    seen: set[CellKey] = set()
     for g in detail.net_groups:
         t = g.total
         values: dict[str, float | None] = {"gbps": t.get("initiator_gbps"), "target_gbps": t.get("target_gbps"),
                                            "iops": t.get("initiator_iops")}
         values.update({f"gbps.{p}": v.get("gbps") for p, v in g.per_path.items() if v.get("role") == "initiator"})
-        cells.setdefault(_identity(g.cell, with_op_mode),
-                         Entry(g.name, str(g.cell.get("op_mode", "stock")), values))
+        key = _identity(g.cell, with_op_mode)
+        seen.add(key)
+        yield key, Entry(g.name, str(g.cell.get("op_mode", "stock")), values)
     for st in detail.steps:
-        if st.kind == "net" and st.cell.get("role") == "initiator":
-            cells.setdefault(_identity(st.cell, with_op_mode),
-                             Entry(st.name.rsplit("@", 1)[0], str(st.cell.get("op_mode", "stock")), {}))
+        key = _identity(st.cell, with_op_mode)
+        if st.kind == "net" and st.cell.get("role") == "initiator" and key not in seen:
+            seen.add(key)
+            yield key, Entry(st.name.rsplit("@", 1)[0], str(st.cell.get("op_mode", "stock")), {})
+
+
+def net_cells(detail: RunDetail, with_op_mode: bool = False) -> dict[CellKey, Entry]:
+    """A network run's cells (orchestrator.cells keys: profile, MTU, path mode): the first measured group of
+    each (see :func:`net_entries`)."""
+    cells: dict[CellKey, Entry] = {}
+    for key, entry in net_entries(detail, with_op_mode):
+        cells.setdefault(key, entry)
     return cells
 
 

@@ -5,6 +5,13 @@ workload (rw, bs, read share, random share, footprint) form a group; with precon
 each group is preceded by a purge (when the suite asks for it) and a precondition step: round 1
 of the group's workload at the precondition's threads x queue depth. The controller appends
 further rounds until steady state or ``max_rounds``.
+
+A suite's ``repeat: N`` (or ``--repeat``) runs every measured cell N times: step ``<name>.rep<k>``, the cell
+holding ``repeat: k`` (which never identifies the cell, see :mod:`orchestrator.cells`). ``interleaved`` (the
+default) runs the segment's cells once, then all again, ...; a segment is a precondition group (its cells share
+the steady state they were preconditioned to) or the cells of an OP mode without preconditioning. Drift of the
+device or the host over the segment then spreads over every cell's repeats instead of landing on one cell.
+``back_to_back`` runs each cell's repeats in a row (a cell's spread then shows short-term noise only).
 """
 
 from __future__ import annotations
@@ -86,12 +93,25 @@ def round_workload(base: Workload, round_no: int) -> Workload:
     return base.model_copy(update={"name": f"{base.name}.round{round_no}"})
 
 
+def repeat_order(items: Sequence[Any], repeat: int, order: str) -> list[tuple[Any, int]]:
+    """``(item, k)`` for k in 1..repeat: each pass over ``items`` in turn (interleaved), or each item's
+    repeats in a row (back_to_back)."""
+    if order == "back_to_back":
+        return [(it, k) for it in items for k in range(1, repeat + 1)]
+    return [(it, k) for k in range(1, repeat + 1) for it in items]
+
+
+def repeated(name: str, k: int, repeat: int) -> str:
+    return f"{name}.rep{k}" if repeat > 1 else name
+
+
 def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
          scale: float | None = None, net_hosts: NetHosts | None = None,
-         device_bytes: int | None = None) -> list[PlannedStep]:
+         device_bytes: int | None = None, repeat: int | None = None) -> list[PlannedStep]:
     """The steps of ``suite`` on ``devices``. ``device_bytes`` (the smallest named DUT's size) sizes an
-    application suite's emulated OP footprint (:func:`plan_app`); storage suites give fio a percentage."""
-    suite = with_overrides(suite, runtime=runtime, scale=scale)
+    application suite's emulated OP footprint (:func:`plan_app`); storage suites give fio a percentage.
+    ``repeat`` (a submission's) replaces the suite's own."""
+    suite = with_overrides(suite, runtime=runtime, scale=scale, repeat=repeat)
     if suite.app is not None:
         return plan_app(suite, device_bytes)
     if suite.network is not None:
@@ -116,20 +136,34 @@ def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
         if (suite.phases.purge and not any_pc) or (provision and not suite.phases.purge):
             add(purge_kind, f"{purge_kind.replace('_', '-')}.{mode}", None,
                 {"op_mode": op_mode, "purge": suite.phases.purge})
-        for i, c in enumerate(cells):
-            _fp, note = op_footprint(op_mode, None)
-            if pc is not None and starts_precondition_group(cells, i):
+        _fp, note = op_footprint(op_mode, None)
+        for segment in _segments(cells, pc is not None):
+            c = segment[0]
+            if pc is not None and c.precondition:
                 pw = precondition_workload(c, pc, len(suite.op_modes))
                 if suite.phases.purge:
                     add(purge_kind, pw.name.replace("precondition.", f"{purge_kind.replace('_', '-')}.", 1), None,
                         {"op_mode": op_mode, "profile": c.profile, "purge": True})
                 first = round_workload(pw, 1)
                 add("precondition", first.name, first, {"op_mode": op_mode, "profile": c.profile, "round": 1}, note)
-            add("measure", c.workload.name, c.workload, {"op_mode": op_mode, "profile": c.profile, **c.dims},
-                note)
+            for c, k in repeat_order(segment, suite.repeat, suite.repeat_order):
+                w = c.workload if suite.repeat == 1 else \
+                    c.workload.model_copy(update={"name": repeated(c.workload.name, k, suite.repeat)})
+                rep = {"repeat": k} if suite.repeat > 1 else {}
+                add("measure", w.name, w, {"op_mode": op_mode, "profile": c.profile, **c.dims, **rep}, note)
     if provision:
         add("facts", "facts.after", None, {"phase": "after"})
     return steps
+
+
+def _segments(cells: Sequence[Cell], preconditioned: bool) -> list[list[Cell]]:
+    """An OP mode's cells cut where a precondition group starts (each group then one segment)."""
+    out: list[list[Cell]] = []
+    for i, c in enumerate(cells):
+        if not out or (preconditioned and starts_precondition_group(cells, i)):
+            out.append([])
+        out[-1].append(c)
+    return out
 
 
 def plan_network(suite: Suite, hosts: NetHosts) -> list[PlannedStep]:
@@ -138,14 +172,17 @@ def plan_network(suite: Suite, hosts: NetHosts) -> list[PlannedStep]:
     net = suite.network
     assert net is not None
     steps: list[PlannedStep] = []
-    for seq, c in enumerate(suite.cells):
+    for seq, (c, k) in enumerate(repeat_order(suite.cells, suite.repeat, suite.repeat_order)):
         paths = net.paths_for(str(c.dims["paths"]))
         mtu = int(c.dims["mtu"])
+        w = c.workload if suite.repeat == 1 else \
+            c.workload.model_copy(update={"name": repeated(c.workload.name, k, suite.repeat)})
+        rep = {"repeat": k} if suite.repeat > 1 else {}
         for role, host in (("target", hosts.target), *(("initiator", h) for h in hosts.initiators)):
-            cell = {"op_mode": "stock", "profile": c.profile, **c.dims, "role": role, "tool": net.tool,
+            cell = {"op_mode": "stock", "profile": c.profile, **c.dims, **rep, "role": role, "tool": net.tool,
                     "net_paths": list(paths)}
-            steps.append(PlannedStep(seq=seq, kind="net", name=f"{c.workload.name}@{host}", workload=c.workload,
-                                     job_text=net_step_text(role, c.workload, paths, mtu, net.tool), cell=cell,
+            steps.append(PlannedStep(seq=seq, kind="net", name=f"{w.name}@{host}", workload=w,
+                                     job_text=net_step_text(role, w, paths, mtu, net.tool), cell=cell,
                                      host=host))
     return steps
 
@@ -187,15 +224,16 @@ def plan_app(suite: Suite, device_bytes: int | None = None) -> list[PlannedStep]
         if kind != "external":
             add("app", f"{kind}-prepare.{mode}", {"op_mode": op_mode, "app": kind, "phase": "prepare"},
                 app_start(kind, params, "prepare", 0, fs).model_dump_json(), note)
-        for point in ladder(params):
+        for point, k in repeat_order(ladder(params), suite.repeat, suite.repeat_order):
+            rep = {"repeat": k} if suite.repeat > 1 else {}
             if dim is None:
                 assert isinstance(params, ExternalParams)
-                cell: dict[str, Any] = {**params.params, "op_mode": op_mode, "profile": test, "app": kind}
+                cell: dict[str, Any] = {**params.params, "op_mode": op_mode, "profile": test, "app": kind, **rep}
                 name = test
             else:
-                cell = {"op_mode": op_mode, "profile": test, "app": kind, dim: point}
+                cell = {"op_mode": op_mode, "profile": test, "app": kind, dim: point, **rep}
                 name = f"{test}.{dim[0]}{point}"
-            add("app", app_step_name(name, op_mode, n_modes), cell,
+            add("app", repeated(app_step_name(name, op_mode, n_modes), k, suite.repeat), cell,
                 app_start(kind, params, "run", point, fs).model_dump_json(), note)
     if provision:
         add("facts", "facts.after", {"phase": "after"})

@@ -199,6 +199,9 @@ def print_run(console: Console, detail: RunDetail, *, rounds: bool = False, arti
         console.print(app_table(detail))
     else:
         console.print(results_table(detail, rounds=rounds))
+    repeats = repeats_table(detail)
+    if repeats is not None:
+        console.print(repeats)
     run = detail.run
     for pc in detail.preconditions:
         console.print(f"precondition {pc.name}: {_steady(pc.steady)}, {len(pc.rounds)} round(s): {pc.verdict}",
@@ -213,6 +216,22 @@ def print_run(console: Console, detail: RunDetail, *, rounds: bool = False, arti
             console.print(f"  {step.name}: {step.reason}")
     for line in provenance_lines(prov):
         console.print(line, highlight=False, markup=False)
+
+
+def repeats_table(detail: RunDetail) -> Table | None:
+    """The repeated cells: mean, the 95% interval's half width and the CoV (both in % of the mean), n measured
+    of planned (orchestrator.stats.samples); None when no cell was repeated."""
+    from orchestrator.stats.samples import summary_rows
+
+    heads, rows = summary_rows(detail)
+    if not rows:
+        return None
+    table = Table(title="repeated cells: mean, 95% confidence interval (± % of the mean), CoV", title_justify="left")
+    for i, h in enumerate(heads):
+        table.add_column(h, justify="left" if i == 0 else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def _steady(steady: bool | None) -> str:
@@ -256,6 +275,14 @@ def write_markdown(detail: RunDetail, report_dir: Path, artifact_root: Path) -> 
         lines += ["## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         for row in table_rows(detail):
             lines.append("| " + " | ".join(row) + " |")
+    from orchestrator.stats.samples import summary_rows
+
+    heads, rows = summary_rows(detail)
+    if rows:
+        lines += ["", "## Repeated cells", "", "Mean of the repeats, the 95% confidence interval's half width and "
+                  "the coefficient of variation, both in % of the mean; n measured of planned.", "",
+                  "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads),
+                  *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)]
     if detail.preconditions:
         lines += ["", "## Preconditioning", "", "| group | rounds | steady | reached at | verdict |",
                   "|---|---|---|---|---|"]

@@ -21,7 +21,8 @@ WORKLOAD_DIMS = ("rw", "bs", "numjobs", "iodepth", "rwmixread", "percentage_rand
 FIGURES = ("read_iops", "write_iops", "iops", "read_mb_s", "write_mb_s", "mb_s", "lat_mean_us", "lat_max_us",
            "lat_stddev_us", "lat_p99_us")
 DEVICE_FACTS = ("device_model", "device_serial", "device_firmware")
-STEP_HEAD = ("run", "suite", "host", "devices", "step", "kind", "round", "cell", "dims", "op_mode", "profile")
+STEP_HEAD = ("run", "suite", "host", "devices", "step", "kind", "round", "repeat", "cell", "dims", "op_mode",
+             "profile")
 
 APP_DIMS = ("app", "threads", "clients")
 RESULT_COLUMNS = (*STEP_HEAD, *WORKLOAD_DIMS, "mtu", "paths", *APP_DIMS, *FIGURES, *APP_FIGURES, "runtime_s",
@@ -32,6 +33,8 @@ PATH_COLUMNS = ("run", "suite", "group", "cell", "dims", "profile", "mtu", "path
 SERIES_COLUMNS = ("run", "step", "kind", "round", "cell", "t", "iops", "read_iops", "write_iops", "lat_mean_us",
                   "lat_max_us", "lat_stddev_us")
 APP_SERIES_COLUMNS = ("run", "step", "cell", "op_mode", "app", "threads", "clients", "series", "t", "value")
+CELL_COLUMNS = ("run", "suite", "host", "cell", "op_mode", "profile", "metric", "repeats", "planned", "mean",
+                "median", "stdev", "ci_low", "ci_high", "cov_pct")
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def _step_head(d: RunDetail, st: Step) -> dict[str, Value]:
     label, dims = _cell(st.cell)
     return {"run": d.run.id, "suite": d.run.suite_name, "host": st.host or d.run.host,
             "devices": _joined(d.run.devices or [d.run.device]), "step": st.name, "kind": st.kind,
-            "round": st.round, "cell": label, "dims": dims, "op_mode": st.cell.get("op_mode"),
+            "round": st.round, "repeat": st.cell.get("repeat"), "cell": label, "dims": dims, "op_mode": st.cell.get("op_mode"),
             "profile": st.cell.get("profile")}
 
 
@@ -156,6 +159,23 @@ def app_series_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
                        "series": name, "t": t, "value": v}
 
 
+def cell_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
+    """Every measured cell's figures over its repeats (orchestrator.stats.samples), one row per cell and
+    metric: a cell run once has n 1 and no spread or interval."""
+    from orchestrator.stats.samples import run_samples, summary_metrics
+
+    metrics = summary_metrics(d)
+    for cs in run_samples(d, with_op_mode=True).values():
+        head = {"run": d.run.id, "suite": d.run.suite_name, "host": d.run.host, "cell": key_label(
+            tuple(kv for kv in cs.key if kv[0] != "op_mode")), "op_mode": cs.op_mode,
+            "profile": dict(cs.key).get("profile"), "planned": cs.planned}
+        for m in metrics:
+            s = cs.summary(m.name)
+            if s is not None:
+                yield {**head, "metric": m.name, "repeats": s.n, "mean": s.mean, "median": s.median,
+                       "stdev": s.stdev, "ci_low": s.ci_low, "ci_high": s.ci_high, "cov_pct": s.cov_pct}
+
+
 def _at(col: Any, i: int) -> Value:
     return col[i] if isinstance(col, list) and i < len(col) else None
 
@@ -163,7 +183,7 @@ def _at(col: Any, i: int) -> Value:
 TABLES: dict[str, tuple[tuple[str, ...], Callable[[RunDetail], Iterator[dict[str, Value]]]]] = {
     "results": (RESULT_COLUMNS, result_rows), "devices": (DEVICE_COLUMNS, device_rows),
     "paths": (PATH_COLUMNS, path_rows), "series": (SERIES_COLUMNS, series_rows),
-    "app_series": (APP_SERIES_COLUMNS, app_series_rows)}
+    "app_series": (APP_SERIES_COLUMNS, app_series_rows), "cells": (CELL_COLUMNS, cell_rows)}
 
 
 def build(details: Sequence[RunDetail], names: Sequence[str]) -> list[Table]:

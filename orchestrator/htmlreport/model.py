@@ -9,9 +9,10 @@ only (results, series, histograms, precondition records, network groups), never 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from orchestrator.cells import CellKey, cell_key, needs_op_mode
 from orchestrator.provenance import Provenance, ReadArtifact, describe
@@ -80,11 +81,50 @@ class RunView:
         return MODE_HATCHES[mode_rank(op_mode)]
 
     def measured(self, kind: str = "measure") -> Iterator[tuple[Step, Result]]:
-        """Steps of ``kind`` with a stored result, in plan order."""
+        """Steps of ``kind`` with a stored result, in plan order. A repeated cell (``repeat: N``) comes once, at
+        its first measured repeat, with the mean of its repeats' results (:func:`mean_result`): every chart
+        draws a repeated cell's mean, and the repeats section its interval."""
+        repeats: dict[CellKey, list[tuple[Step, Result]]] = {}
         for st in self.detail.steps:
             res = self.detail.results.get(st.id)
-            if st.kind == kind and res is not None:
+            if st.kind == kind and res is not None and (kind != "app" or st.cell.get("phase") != "prepare"):
+                repeats.setdefault(cell_key(st.cell, with_op_mode=True), []).append((st, res))
+            elif st.kind == kind and res is not None:
                 yield st, res
+        for found in repeats.values():
+            yield found[0][0], found[0][1] if len(found) == 1 else mean_result([r for _, r in found])
+
+
+def _mean_json(values: Sequence[Any]) -> Any:
+    """The mean of same-shaped JSON values: numbers averaged, mappings key by key (keys all have), anything else
+    (lists, text, a number missing somewhere) taken from the first."""
+    first = values[0]
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return math.fsum(values) / len(values)
+    if all(isinstance(v, dict) for v in values):
+        return {k: _mean_json([v[k] for v in values]) if all(k in v for v in values) else first[k] for k in first}
+    return first
+
+
+def mean_result(results: Sequence[Result]) -> Result:
+    """A result (never stored) holding the mean of a repeated cell's results: each figure and each number of
+    its metrics averaged (a percentile: the mean of the repeats' percentiles); its per-second series and
+    latency histogram are the first repeat's."""
+    first = results[0]
+    cols = ("read_iops", "write_iops", "iops", "read_bw_bytes", "write_bw_bytes", "bw_bytes", "lat_mean_ns",
+            "lat_max_ns", "lat_stddev_ns", "lat_p99_ns", "throughput")
+    figures: dict[str, Any] = {}
+    for c in cols:
+        vals = [getattr(r, c) for r in results]
+        figures[c] = None if any(v is None for v in vals) else math.fsum(vals) / len(vals)
+    return Result(attempt_id=first.attempt_id, step_id=first.step_id, run_id=first.run_id, kind=first.kind,
+                  tool=first.tool, tool_version=first.tool_version, throughput_unit=first.throughput_unit,
+                  runtime_ms=first.runtime_ms, fio_version=first.fio_version,
+                  metrics=_mean_json([r.metrics for r in results]),
+                  per_device=_mean_json([r.per_device for r in results]) if all(r.per_device for r in results)
+                  else first.per_device,
+                  series=first.series, per_path=first.per_path, lat_hist=first.lat_hist,
+                  provenance=first.provenance, created_at=first.created_at, **figures)
 
 
 @dataclass(frozen=True)

@@ -251,14 +251,15 @@ class ApiClient:
                suite_yaml: str | None = None, source: str | None = None, initiators: Sequence[str] = (),
                runtime: int | None = None, scale: float | None = None, priority: int = 0,
                not_before: float | None = None, expires_at: float | None = None, max_rounds: int | None = None,
-               live: bool = True) -> str:
+               live: bool = True, repeat: int | None = None) -> str:
         """Queue a suite (a built-in name, or a suite file's text); the run id. Every problem the service
         finds (suite and target) comes back at once as a SubmissionError."""
         if (suite is None) == (suite_yaml is None):
             raise InputError("submit", [Problem("suite", "give a built-in suite name or a suite's text, not both")])
         body = {"suite": suite, "suite_yaml": suite_yaml, "host": host, "devices": list(devices),
                 "initiators": list(initiators), "runtime": runtime, "scale": scale, "priority": priority,
-                "not_before": not_before, "expires_at": expires_at, "max_rounds": max_rounds, "live": live}
+                "not_before": not_before, "expires_at": expires_at, "max_rounds": max_rounds, "live": live,
+                "repeat": repeat}
         got = self._object("POST", "/api/runs", body=body, source=source or suite or "suite")
         run_id = got.get("run_id")
         if not isinstance(run_id, str) or not run_id:

@@ -58,7 +58,7 @@ def _s(value: Any, n: int = 200) -> str:
 def submit(api: ApiClient, suite_ref: str, host: str, devices: Sequence[str], *, initiators: Sequence[str] = (),
            runtime: int | None = None, scale: float | None = None, live: bool = True, priority: int = 0,
            not_before: float | None = None, expires_at: float | None = None,
-           max_rounds: int | None = None) -> str:
+           max_rounds: int | None = None, repeat: int | None = None) -> str:
     """A built-in suite goes by name, a suite file by its text (the service validates both, every problem at
     once); prints and returns the run id."""
     from labcontract.suite import builtin_suites, is_bare_name
@@ -79,7 +79,7 @@ def submit(api: ApiClient, suite_ref: str, host: str, devices: Sequence[str], *,
         text = raw.decode("utf-8", errors="replace")
     run_id = api.submit(host, devices, suite=name, suite_yaml=text, source=suite_ref, initiators=initiators,
                         runtime=runtime, scale=scale, live=live, priority=priority, not_before=not_before,
-                        expires_at=expires_at, max_rounds=max_rounds)
+                        expires_at=expires_at, max_rounds=max_rounds, repeat=repeat)
     print(run_id)
     return run_id
 

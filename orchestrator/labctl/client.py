@@ -23,6 +23,7 @@ from labcontract.protocol import (
     PROTOCOL_VERSION,
     REPLY_PREFIX,
     WEB_COMMANDS_STREAM,
+    Acknowledge,
     Cancel,
     Message,
     Pause,
@@ -146,14 +147,14 @@ class ControllerClient:
     def submit(self, suite: Suite, host: str, devices: Sequence[str], runtime: int | None = None,
                scale: float | None = None, live: bool = True, *, priority: int = 0,
                not_before: float | None = None, expires_at: float | None = None,
-               initiators: Sequence[str] = (), max_rounds: int | None = None,
+               initiators: Sequence[str] = (), max_rounds: int | None = None, repeat: int | None = None,
                run_id: str | None = None) -> tuple[str, Reply | None]:
         run_id = run_id or new_run_id()
         reply_to = _reply_to()
         cmd = Submit(run_id=run_id, suite_source=suite.source, suite_text=suite.source_text, host=host,
                      devices=tuple(devices), initiators=tuple(initiators), runtime_override=runtime, scale=scale,
                      live=live, priority=priority, not_before=not_before, expires_at=expires_at,
-                     max_rounds=max_rounds, actor=self.actor, reply_to=reply_to)
+                     max_rounds=max_rounds, repeat=repeat, actor=self.actor, reply_to=reply_to)
         reply = self._call(cmd, reply_to)
         if reply is not None and not reply.ok:
             raise SubmissionError(suite.source, [Problem("", e) for e in reply.errors])
@@ -184,6 +185,11 @@ class ControllerClient:
     def rerun(self, run_id: str) -> Reply | None:
         reply_to = _reply_to()
         return self._call(Rerun(run_id=run_id, actor=self.actor, reply_to=reply_to), reply_to)
+
+    def acknowledge(self, regression_id: str, reason: str = "") -> Reply | None:
+        reply_to = _reply_to()
+        return self._call(Acknowledge(regression_id=regression_id, reason=reason, actor=self.actor,
+                                      reply_to=reply_to), reply_to)
 
     def release(self, host: str, device: str | None) -> Reply | None:
         reply_to = _reply_to()

@@ -107,13 +107,13 @@ def test_a_vanished_dut_is_quarantined_until_released(odd_lab: LabHandle, tmp_pa
     left = dut.loop
     subprocess.run(["losetup", "-d", left], check=True)
     try:
-        def quarantined() -> bool:
-            out = lab.labctl("hosts").stdout
-            return "QUARANTINED" in out
-        wait_for(quarantined, 60, "the DUT to be quarantined", interval=0.5)
-        listing = lab.labctl("hosts").stdout
-        assert "present check failed 3" in listing and "has size" in listing, listing     # (wrapped table)
-        with squatter(left, tmp_path):          # meanwhile another process takes the number it left
+        with squatter(left, tmp_path):      # another process takes the number it left at once: not the DUT either
+            def quarantined() -> bool:
+                out = lab.labctl("hosts").stdout
+                return "QUARANTINED" in out
+            wait_for(quarantined, 60, "the DUT to be quarantined", interval=0.5)
+            listing = lab.labctl("hosts").stdout
+            assert "present check failed 3" in listing and "has size" in listing, listing     # (wrapped table)
             reattach(lab, "dut0")
         assert dut.loop != left and dut.path == dut.loop, "back on a loop device of its own"
     finally:

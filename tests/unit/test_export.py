@@ -53,7 +53,7 @@ def test_every_table_has_exactly_the_documented_columns(details: list[RunDetail]
     documented = documented_columns()
     assert set(documented) == set(TABLES)
     written = export(details, "csv", "all", tmp_path / "out", io.StringIO())
-    assert sorted(p.name for p in written) == ["app_series.csv", "devices.csv", "paths.csv", "results.csv",
+    assert sorted(p.name for p in written) == ["app_series.csv", "cells.csv", "devices.csv", "paths.csv", "results.csv",
                                                "series.csv"]
     for path in written:
         with path.open(newline="") as f:
@@ -110,7 +110,7 @@ def test_outputs_and_refusals(details: list[RunDetail], tmp_path: Path) -> None:
     assert path == tmp_path / "x" / "export.json" and json.loads(path.read_text())["results"]
     (path,) = export(details, "csv", "series", tmp_path / "s.csv", io.StringIO())
     assert path.read_text().startswith("run,step,kind,round,cell,t,iops,")
-    with pytest.raises(ExportError, match="5 tables writes one file per table: give --output DIR"):
+    with pytest.raises(ExportError, match="6 tables writes one file per table: give --output DIR"):
         export(details, "csv", "all", None, io.StringIO())
     with pytest.raises(ExportError, match=r"--output .*s\.csv: a \.csv file holds one table"):
         export(details, "csv", "all", tmp_path / "s.csv", io.StringIO())

@@ -80,7 +80,7 @@ def submit(request: Request, body: SubmitBody) -> Submitted:
     cmd = build(Submit, run_id=run_id, suite_source=suite.source, suite_text=suite.source_text, host=body.host,
                  devices=tuple(body.devices), initiators=tuple(body.initiators), runtime_override=body.runtime,
                  scale=body.scale, live=body.live, priority=body.priority, not_before=body.not_before,
-                 expires_at=body.expires_at, max_rounds=body.max_rounds, reply_to="-")
+                 expires_at=body.expires_at, max_rounds=body.max_rounds, repeat=body.repeat, reply_to="-")
     try:
         send(request, cmd, "submission")
     except CommandRefused as e:

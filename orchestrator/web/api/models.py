@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from labcontract.protocol import MAX_ROUNDS_CAP, TokenName
-from labcontract.suite import MAX_RUNTIME_S, MAX_SUITE_BYTES
+from labcontract.suite import MAX_REPEAT, MAX_RUNTIME_S, MAX_SUITE_BYTES
 
 Value = str | int | float | bool | None
 Epoch = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
@@ -192,6 +192,7 @@ class SubmitBody(Closed):
     not_before: Epoch | None = None
     expires_at: Epoch | None = None
     max_rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS_CAP)] | None = None
+    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT)] | None = None
     live: bool = True
 
 

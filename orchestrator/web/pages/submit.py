@@ -21,7 +21,7 @@ from orchestrator.web.pages.common import need, render
 
 router = APIRouter(include_in_schema=False)
 Short = Annotated[str, Form(max_length=256)]
-FIELDS = ("suite", "suite_yaml", "host", "devices", "runtime", "scale", "priority", "max_rounds")
+FIELDS = ("suite", "suite_yaml", "host", "devices", "runtime", "scale", "priority", "max_rounds", "repeat")
 
 
 def _number(raw: str, where: str, kind: type[int] | type[float], problems: list[Problem]) -> Any:
@@ -45,7 +45,8 @@ def body_of(form: dict[str, str]) -> tuple[SubmitBody | None, list[Problem]]:
         "runtime": _number(form["runtime"], "runtime", int, problems),
         "scale": _number(form["scale"], "scale", float, problems),
         "priority": _number(form["priority"], "priority", int, problems) or 0,
-        "max_rounds": _number(form["max_rounds"], "max_rounds", int, problems)}
+        "max_rounds": _number(form["max_rounds"], "max_rounds", int, problems),
+        "repeat": _number(form["repeat"], "repeat", int, problems)}
     if fields["suite"] is None and not (fields["suite_yaml"] or "").strip():
         problems.append(Problem("suite", "choose a built-in suite or paste a suite's YAML"))
     try:
@@ -79,10 +80,10 @@ def submit_form(request: Request, suite: str = "") -> HTMLResponse:
 def submit_post(request: Request, _who: Annotated[Principal, Depends(require("engineer"))],
                 suite: Short = "", suite_yaml: Annotated[str, Form(max_length=MAX_SUITE_BYTES)] = "",
                 host: Short = "", devices: Annotated[str, Form(max_length=4096)] = "", runtime: Short = "",
-                scale: Short = "", priority: Short = "", max_rounds: Short = "") -> Response:
+                scale: Short = "", priority: Short = "", max_rounds: Short = "", repeat: Short = "") -> Response:
     """Queue the run and go to its page; or the form again (422) with the input and every problem."""
     form = {"suite": suite, "suite_yaml": suite_yaml, "host": host, "devices": devices, "runtime": runtime,
-            "scale": scale, "priority": priority, "max_rounds": max_rounds}
+            "scale": scale, "priority": priority, "max_rounds": max_rounds, "repeat": repeat}
     body, problems = body_of(form)
     if body is not None and (body.suite is not None or body.suite_yaml):
         try:

@@ -1,0 +1,91 @@
+"""A measured cell's figures, one entry per step (per repeat): what compare, the repeat summaries
+(:mod:`orchestrator.stats.samples`) and history (:mod:`orchestrator.stats.history`) read from a run.
+
+Storage cells give IOPS, MB/s and latency; application points TPS, QPS and latency; a network cell the
+window totals of its group (:mod:`orchestrator.netreport`). A cell is keyed by :func:`orchestrator.cells.cell_key`,
+which never holds the ``repeat`` number: the repeats of a cell are entries with the same key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from orchestrator.cells import CellKey, cell_key
+from orchestrator.queries import RunDetail, app_metrics, is_app_run
+from orchestrator.store.models import Result
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str          # JSON / CSV field
+    title: str         # table heading
+    fmt: str           # how the table prints it
+    diff: bool = True  # gets a difference to the first run
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One run's figures for one cell (one repeat of it)."""
+
+    step: str | None                  # the step (or network group) name in that run; None: the run lacks the cell
+    op_mode: str | None
+    values: dict[str, float | None]   # metric name -> value; None when not measured (yet)
+
+
+STORAGE_METRICS = (Metric("iops", "IOPS", "{:,.0f}"), Metric("mb_s", "MB/s", "{:,.1f}"),
+                   Metric("lat_mean_us", "avg lat µs", "{:,.1f}"), Metric("lat_max_us", "max lat µs", "{:,.1f}"),
+                   Metric("lat_stddev_us", "lat stddev µs", "{:,.1f}"))
+APP_METRICS = (Metric("tps", "TPS", "{:,.1f}"), Metric("qps", "QPS", "{:,.1f}"),
+               Metric("lat_avg_ms", "avg lat ms", "{:,.2f}"), Metric("lat_p95_ms", "p95 lat ms", "{:,.2f}"),
+               Metric("lat_p99_ms", "p99 lat ms", "{:,.2f}"), Metric("errors", "errors", "{:,.0f}", diff=False),
+               Metric("reconnects", "reconnects", "{:,.0f}", diff=False))
+# what a cell is judged on (compare's significance, history's regressions): the main figure of each kind and
+# whether higher is better
+HEADLINE = {"iops": True, "mb_s": True, "lat_mean_us": False, "tps": True, "lat_p95_ms": False, "gbps": True}
+
+
+def _us(ns: float | None) -> float | None:
+    return None if ns is None else ns / 1000
+
+
+def storage_values(res: Result | None) -> dict[str, float | None]:
+    if res is None:
+        return {m.name: None for m in STORAGE_METRICS}
+    return {"iops": res.iops, "mb_s": None if res.bw_bytes is None else res.bw_bytes / 1e6,
+            "lat_mean_us": _us(res.lat_mean_ns),
+            "lat_max_us": _us(res.lat_max_ns), "lat_stddev_us": _us(res.lat_stddev_ns)}
+
+
+def app_values(res: Result | None) -> dict[str, float | None]:
+    m = app_metrics(res) if res is not None else {}
+    return {k.name: m.get(k.name) for k in APP_METRICS}
+
+
+def run_kind(d: RunDetail) -> str:
+    """``net``, ``app`` or ``storage``."""
+    return "net" if d.run.topology else "app" if is_app_run(d) else "storage"
+
+
+def cell_entries(d: RunDetail, with_op_mode: bool = False) -> Iterator[tuple[CellKey, Entry]]:
+    """Every measured step of the run (each repeat) as (cell key, entry), in plan order. A network run: its
+    groups (a cell planned but not measured yet comes once, with no figures)."""
+    kind = run_kind(d)
+    if kind == "net":
+        from orchestrator.netreport import net_entries
+
+        yield from net_entries(d, with_op_mode)
+        return
+    for st in d.steps:
+        if kind == "app" and st.kind == "app" and st.cell.get("phase") != "prepare":
+            values = app_values(d.results.get(st.id))
+        elif kind == "storage" and st.kind == "measure":
+            values = storage_values(d.results.get(st.id))
+        else:
+            continue
+        yield cell_key(st.cell, with_op_mode=with_op_mode), Entry(st.name, str(st.cell.get("op_mode", "stock")),
+                                                                  values)
+
+
+def metrics_of(kind: str) -> tuple[Metric, ...]:
+    return APP_METRICS if kind == "app" else STORAGE_METRICS
