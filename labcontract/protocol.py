@@ -33,9 +33,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, 
 from labcontract.apps import AppStart
 from labcontract.errors import ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
-from labcontract.suite import MAX_RUNTIME_S, MAX_SUITE_BYTES, Workload
+from labcontract.suite import MAX_REPEAT, MAX_RUNTIME_S, MAX_SUITE_BYTES, Workload
 
-PROTOCOL_VERSION = 7   # 2: StartStep carries an action and a device list (device groups, purge)
+PROTOCOL_VERSION = 8   # 2: StartStep carries an action and a device list (device groups, purge)
                        # 3: heartbeats carry health checks; an attempt can end in "timeout"; Release
                        # 4: action "net" (network steps started together on several hosts); Submit initiators
                        # 5: each agent appends to its own events stream (identity enforced by Redis ACLs),
@@ -43,6 +43,7 @@ PROTOCOL_VERSION = 7   # 2: StartStep carries an action and a device list (devic
                        # 6: action "app" (application workloads on the DUT: sysbench, pgbench, external)
                        # 7: the web service's stream (WEB_COMMANDS_STREAM), an actor on every command, Rerun,
                        #    TokenCreate / TokenRevoke, Submit.max_rounds
+                       # 8: Submit.repeat (each measured cell N times), Acknowledge (a regression)
 
 TASK_START = "lab.agent.start_step"
 TASK_CANCEL = "lab.agent.cancel_step"
@@ -391,6 +392,7 @@ class Submit(Message):
     not_before: StartFloat | None = None   # epoch seconds
     expires_at: StartFloat | None = None   # epoch seconds: expire if not started by then
     max_rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS_CAP)] | None = None   # caps the suite's precondition
+    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT)] | None = None   # replaces the suite's repeat
     actor: Actor | None = None
     reply_to: ReplyTo
 
@@ -459,6 +461,16 @@ class Rerun(Message):
     reply_to: ReplyTo
 
 
+class Acknowledge(Message):
+    """Acknowledge a regression of the run history (orchestrator.stats.history): it is not flagged again."""
+
+    type: Literal["acknowledge"] = "acknowledge"
+    regression_id: Annotated[str, Field(pattern=r"^[0-9a-f]{12}$")]
+    reason: Annotated[str, Field(max_length=1024)] = ""
+    actor: Actor | None = None
+    reply_to: ReplyTo
+
+
 class TokenCreate(Message):
     """An API token of the web service: only its SHA-256 travels and is stored (the token is shown once, where it
     was made). Accepted only from :data:`WEB_COMMANDS_STREAM`."""
@@ -480,7 +492,7 @@ class TokenRevoke(Message):
 
 
 AnyCommandType: TypeAlias = (Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release | Rerun
-                              | TokenCreate | TokenRevoke)
+                              | Acknowledge | TokenCreate | TokenRevoke)
 AnyCommand = Annotated[AnyCommandType, Field(discriminator="type")]
 COMMAND = TypeAdapter(AnyCommand)
 TOKEN_COMMANDS = (TokenCreate, TokenRevoke)    # accepted only on WEB_COMMANDS_STREAM

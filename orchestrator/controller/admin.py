@@ -1,4 +1,5 @@
-"""Commands that act on a run after its end (rerun) and on the web service's API tokens (protocol 7).
+"""Commands that act on a run after its end (rerun), on the web service's API tokens (protocol 7) and on the
+regressions of the run history (Acknowledge, protocol 8).
 
 Rerun: a run that ended with steps FAILED or CANCELLED gets those steps back to PENDING and goes back to
 QUEUED; the scheduler starts them as any queued run's, each with a new attempt (the next number: the earlier
@@ -18,10 +19,10 @@ import logging
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from labcontract.protocol import Reply, Rerun, TokenCreate, TokenRevoke
+from labcontract.protocol import Acknowledge, Reply, Rerun, TokenCreate, TokenRevoke
 from orchestrator.controller.core import ControllerCore
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, RunState, StepState
-from orchestrator.store.models import ApiToken, NetGroup, PreconditionRecord, Result, Run, Step
+from orchestrator.store.models import ApiToken, NetGroup, PreconditionRecord, RegressionAck, Result, Run, Step
 
 log = logging.getLogger("orchestrator.controller")
 RERUN_STATES = frozenset({StepState.FAILED, StepState.CANCELLED, StepState.LOST})
@@ -78,6 +79,16 @@ class AdminMixin(ControllerCore):
         run.expires_at = None            # an expiry was about its first start
         run.rerun_count = (run.rerun_count or 0) + 1
         run.rerun_at = self.clock()      # the retry policy counts a step's attempts since (controller.retries)
+
+    def acknowledge(self, cmd: Acknowledge, actor: str) -> Reply:
+        """Record an acknowledged regression (its id is checked against the history by labctl and the web API,
+        which read the store; here it is only recorded). Acknowledging again keeps the first record."""
+        with self.sessions.begin() as s:
+            if s.get(RegressionAck, cmd.regression_id) is None:
+                s.add(RegressionAck(regression_id=cmd.regression_id, acknowledged_at=self.clock(), actor=actor,
+                                    reason=cmd.reason))
+                log.info("regression %s acknowledged by %s", cmd.regression_id, actor)
+            return Reply(ok=True)
 
     def token_command(self, cmd: TokenCreate | TokenRevoke, actor: str) -> Reply:
         with self.sessions.begin() as s:

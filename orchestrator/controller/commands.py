@@ -13,16 +13,18 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from croniter import croniter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labcontract.errors import Problem, ProtocolError, SubmissionError, SuiteError
+from labcontract.errors import LabError, Problem, ProtocolError, SubmissionError, SuiteError
 from labcontract.protocol import (
     COMMANDS_STREAM,
     TOKEN_COMMANDS,
     WEB_COMMANDS_STREAM,
+    Acknowledge,
     AnyCommandType,
     Cancel,
     CancelStep,
@@ -38,11 +40,11 @@ from labcontract.protocol import (
     TokenRevoke,
     decode_command,
 )
-from labcontract.suite import Suite, capacity_problems, override_problems, parse_suite
+from labcontract.suite import Suite, capacity_problems, override_problems, parse_suite, repeat_problems
 from orchestrator import health, netgroups
 from orchestrator.controller.admin import AdminMixin
 from orchestrator.controller.intake import command_refusal, valid_reply_to
-from orchestrator.controller.notify import payload
+from orchestrator.controller.notify import from_schedule, payload, regressed_payload
 from orchestrator.kinds.common import find_device
 from orchestrator.planner import net_hosts_of, plan
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, RunState, StepState, check_run
@@ -64,7 +66,7 @@ def actor_of(cmd: AnyCommandType, stream: str) -> str:
 
 def command_target(cmd: AnyCommandType) -> str:
     """What a command acts on, for its log line."""
-    for attr in ("run_id", "name", "host"):
+    for attr in ("run_id", "name", "host", "regression_id"):
         value = getattr(cmd, attr, None)
         if isinstance(value, str) and value:
             return value
@@ -137,6 +139,8 @@ class CommandsMixin(AdminMixin):
             reply = self.submit(cmd, actor)
         elif isinstance(cmd, Rerun):
             reply = self.rerun(cmd, actor)
+        elif isinstance(cmd, Acknowledge):
+            reply = self.acknowledge(cmd, actor)
         elif isinstance(cmd, TokenCreate | TokenRevoke):
             reply = self.token_command(cmd, actor)
         elif isinstance(cmd, Cancel):
@@ -164,6 +168,7 @@ class CommandsMixin(AdminMixin):
         try:
             suite = parse_suite(cmd.suite_text, cmd.suite_source)
             problems += override_problems(suite, cmd.runtime_override, cmd.scale)
+            problems += repeat_problems(suite, cmd.repeat)
         except SuiteError as e:
             problems += e.problems
         if suite is not None and cmd.max_rounds is not None and suite.phases.precondition is None:
@@ -210,7 +215,8 @@ class CommandsMixin(AdminMixin):
                   state=str(RunState.QUEUED), submitted_at=self.clock(), submitted_by=actor,
                   max_rounds=cmd.max_rounds, rerun_count=0)
         smallest = min((dev.size_bytes for dev in named), default=None)   # an app suite's OP footprint
-        for p in plan(suite, paths, runtime=cmd.runtime_override, scale=cmd.scale, device_bytes=smallest):
+        for p in plan(suite, paths, runtime=cmd.runtime_override, scale=cmd.scale, device_bytes=smallest,
+                      repeat=cmd.repeat):
             first_round = p.kind == "precondition"
             run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}" + ("-r001" if first_round else ""),
                                   seq=p.seq, round=1 if first_round else 0, kind=p.kind, name=p.name,
@@ -234,7 +240,7 @@ class CommandsMixin(AdminMixin):
                   expires_at=cmd.expires_at, state=str(RunState.QUEUED), submitted_at=self.clock(),
                   submitted_by=actor, rerun_count=0)
         index = {h: i for i, h in enumerate(hosts.all)}
-        for p in plan(suite, [], runtime=cmd.runtime_override, scale=cmd.scale, net_hosts=hosts):
+        for p in plan(suite, [], runtime=cmd.runtime_override, scale=cmd.scale, net_hosts=hosts, repeat=cmd.repeat):
             assert p.host is not None and p.workload is not None
             run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}-h{index[p.host]}", seq=p.seq, round=0, kind=p.kind,
                                   name=p.name, cell=p.cell, note=p.note, host=p.host,
@@ -339,6 +345,17 @@ class CommandsMixin(AdminMixin):
                 log.info("run resumed", extra={"run": run.id, "host": run.host})
             return Reply(ok=True, run_id=run.id)
 
+    def _regressions_of(self, s: Session, run: Run) -> list[dict[str, Any]]:
+        """A scheduled run's regressions against its history, for its notification (none when they cannot be
+        judged: the notification still goes)."""
+        from orchestrator.stats.history import regressions_for_run
+
+        try:
+            return [r.as_dict() for r in regressions_for_run(s, run.id)]
+        except LabError as e:
+            log.warning("regressions of run %s not judged: %s", run.id, e, extra={"run": run.id})
+            return []
+
     def notify(self) -> None:
         """Deliver end notifications the store says are due (see orchestrator.controller.notify)."""
         if self.notifier is None or not self.notifier.enabled:
@@ -348,8 +365,15 @@ class CommandsMixin(AdminMixin):
                                               Run.notified_at.is_(None)).limit(20)).all()
             for run in due:
                 results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == run.id))}
+                bodies = [payload(run, results)]
+                if from_schedule(run) is not None:
+                    regs = self._regressions_of(s, run)
+                    bodies[0]["regressions"] = regs
+                    if regs:
+                        bodies.append(regressed_payload(run, regs))
                 try:
-                    self.notifier.send(payload(run, results))
+                    for body in bodies:
+                        self.notifier.send(body)
                 except OSError as e:
                     log.warning("notification of run %s failed (retried next pass): %s", run.id, e,
                                 extra={"run": run.id})

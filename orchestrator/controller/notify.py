@@ -3,6 +3,11 @@
 Delivery is driven from the store: a run that ended and has no ``notified_at`` is notified on the next
 controller pass, and marked only once every sink took it, so a controller restart loses none (a sink
 may see a notification twice after a crash between delivery and the commit; ``run`` is the key).
+
+A run that came from a schedule (a nightly) is judged against its history when it is notified
+(:func:`orchestrator.stats.history.regressions_for_run`): its ``run.ended`` body carries ``"regressions"``
+(unacknowledged, possibly empty) and, when there are some, a second body ``"event": "run.regressed"`` goes to
+the same sinks, before the run is marked notified (the same at-least-once delivery).
 """
 
 from __future__ import annotations
@@ -31,6 +36,19 @@ def payload(run: Run, results: dict[str, Result]) -> dict[str, Any]:
             "devices": run.devices or [run.device], "state": run.state, "reason": run.reason,
             "submitted_at": run.submitted_at, "started_at": run.started_at, "ended_at": run.ended_at,
             "steps": counts, "failed_steps": failed, "results": cells}
+
+
+def from_schedule(run: Run) -> str | None:
+    """The schedule a run came from (a nightly), else None."""
+    by = run.submitted_by or ""
+    return by.removeprefix("schedule:") if by.startswith("schedule:") else None
+
+
+def regressed_payload(run: Run, regressions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The second body sent when a scheduled run regressed against its history (orchestrator.stats.history)."""
+    return {"event": "run.regressed", "run": run.id, "suite": run.suite_name, "host": run.host,
+            "devices": run.devices or [run.device], "schedule": from_schedule(run), "state": run.state,
+            "started_at": run.started_at, "ended_at": run.ended_at, "regressions": regressions}
 
 
 class Notifier:

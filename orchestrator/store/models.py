@@ -325,3 +325,15 @@ class ControllerLease(Base):
     acquired_at: Mapped[float] = mapped_column(Float)
     renewed_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
+
+
+class RegressionAck(Base):
+    """A regression someone acknowledged (``labctl regressions ack``): not flagged again. ``regression_id`` is
+    orchestrator.stats.history's stable id (its series and the run of the change). Written by the controller."""
+
+    __tablename__ = "regression_acks"
+
+    regression_id: Mapped[str] = mapped_column(String(12), primary_key=True)
+    acknowledged_at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(64), default="")
+    reason: Mapped[str] = mapped_column(Text, default="")

@@ -29,10 +29,11 @@ EXPECTED_ROLES: dict[tuple[str, str], str] = {
         "/api/whoami", "/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/results", "/api/runs/{run_id}/devices",
         "/api/runs/{run_id}/paths", "/api/runs/{run_id}/series", "/api/runs/{run_id}/artifacts",
         "/api/artifacts/{artifact_id}", "/api/runs/{run_id}/report", "/api/compare", "/api/runs/{run_id}/export",
-        "/api/runs/{run_id}/live", "/api/hosts", "/api/queue", "/api/schedules", "/api/suites")},
+        "/api/runs/{run_id}/live", "/api/hosts", "/api/queue", "/api/schedules", "/api/suites",
+        "/api/regressions")},
     **{("POST", p): "engineer" for p in (
         "/api/runs", "/api/runs/{run_id}/cancel", "/api/runs/{run_id}/pause", "/api/runs/{run_id}/resume",
-        "/api/runs/{run_id}/rerun")},
+        "/api/runs/{run_id}/rerun", "/api/regressions/{regression_id}/ack")},
     ("POST", "/api/hosts/{host}/release"): "admin", ("POST", "/api/schedules"): "admin",
     ("DELETE", "/api/schedules/{name}"): "admin", ("GET", "/api/tokens"): "admin",
     ("POST", "/api/tokens"): "admin", ("DELETE", "/api/tokens/{name}"): "admin",

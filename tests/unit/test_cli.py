@@ -186,7 +186,7 @@ def test_export_writes_tables(store: list[str], tmp_path: Path) -> None:
     res = runner.invoke(app, [*store, "export", "stock-run", "busy-run", "--format", "csv"])
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert lines[0].startswith("run,suite,host,devices,step,kind,round,cell,dims,op_mode,") and len(lines) == 4
+    assert lines[0].startswith("run,suite,host,devices,step,kind,round,repeat,cell,dims,op_mode,") and len(lines) == 4
     assert "None" not in res.stdout
     res = runner.invoke(app, [*store, "export", "last", "--format", "json", "--output", str(tmp_path / "o"),
                               "--table", "all"])

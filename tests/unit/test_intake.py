@@ -183,13 +183,14 @@ def test_reply_to_names_only_a_reply_list() -> None:
 
 def test_poison_commands_are_refused_with_a_reply_when_one_can_be_sent(fake: Any) -> None:
     (ctl, *_), r, _intake = fake
-    for raw in ("[1,2,3]", "null", '"x"', '{"v": 7, "run_id": "r"}', '{"v": 7, "type": "submit", "reply_to": '
-                                                                       '"lab:commands"}'):
+    v = PROTOCOL_VERSION
+    for raw in ("[1,2,3]", "null", '"x"', f'{{"v": {v}, "run_id": "r"}}', f'{{"v": {v}, "type": "submit", '
+                                                                           '"reply_to": "lab:commands"}'):
         with pytest.raises(ProtocolError):
             ctl.handle_command(raw)
     assert r.lists == {}                             # no reply list could be named: nothing pushed anywhere
     with pytest.raises(ProtocolError, match="malformed command"):
-        ctl.handle_command('{"v": 7, "type": "cancel", "reply_to": "lab:reply:r1"}')
+        ctl.handle_command(f'{{"v": {v}, "type": "cancel", "reply_to": "lab:reply:r1"}}')
     (reply,) = r.lists["lab:reply:r1"]
     assert json.loads(reply)["ok"] is False and "run_id" in json.loads(reply)["errors"][0]
 

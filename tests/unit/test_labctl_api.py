@@ -122,7 +122,7 @@ def test_submit_sends_every_field_and_returns_the_run_id(stub: Stub) -> None:
     assert stub.seen[0].headers["Content-Type"] == "application/json"
     assert body == {"suite": "demo", "suite_yaml": None, "host": "h1", "devices": ["dut0"], "initiators": [],
                     "runtime": 3, "scale": None, "priority": 2, "not_before": None, "expires_at": None,
-                    "max_rounds": 5, "live": True}
+                    "max_rounds": 5, "live": True, "repeat": None}
     with pytest.raises(InputError, match="not both"):
         api.submit("h1", suite="demo", suite_yaml="suite: x")
 

@@ -127,11 +127,11 @@ def test_the_controller_survives_a_submit_to_such_a_dut(env: Any) -> None:
     """The Register is refused as a whole (ValidationError at decode): the DUT is never known, a submit to it is
     refused, and scheduling raises nothing."""
     from labcontract.errors import ProtocolError
-    from labcontract.protocol import Submit, decode_event
+    from labcontract.protocol import PROTOCOL_VERSION, Submit, decode_event
     from tests.unit.test_controller import SUITE
 
     ctl, disp, _clock, _db = env
-    raw = ('{"v": 7, "type": "register", "host": "h1", "agent_version": "0.1.0", "facts": {"hostname": "h1", '
+    raw = ('{"v": ' + str(PROTOCOL_VERSION) + ', "type": "register", "host": "h1", "agent_version": "0.1.0", "facts": {"hostname": "h1", '
            '"fio_version": "fio-3.33"}, "duts": [{"name": "dut1", "path": "/srv/lab dut.img", "kind": "file", '
            '"size_bytes": 1048576}]}')
     with pytest.raises(ProtocolError, match="duts"):

@@ -7,5 +7,6 @@ ROUTERS: tuple[str, ...] = (
     "orchestrator.web.api.reports",
     "orchestrator.web.api.control",
     "orchestrator.web.api.admin",
+    "orchestrator.web.api.regressions",
     "orchestrator.web.live",          # GET /api/runs/{run_id}/live (server-sent events; helper H3's module)
 )
