@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.protocol import CancelStep, ReportStep, StartStep
 from labcontract.suite import RetryCause
-from orchestrator import kinds
+from orchestrator import canary, kinds
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.controller import retries
@@ -143,3 +143,4 @@ class ControllerCore:
         run.state = str(check_run(run.id, run.state, target))
         run.reason, run.ended_at = reason, self.clock()
         log.info("run ended: %s %s", run.state, reason, extra={"run": run.id, "host": run.host})
+        canary.after_run_end(run, self.clock())     # a canary's figures against its DUT's history

@@ -9,12 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.htmlreport import plot
 from orchestrator.htmlreport.model import ChartKind, Figure, FigureItem, ReportContext, chart_kinds
 from orchestrator.htmlreport.page import render
 from orchestrator.provenance import ReadArtifact
 from orchestrator.queries import RunDetail
+
+if TYPE_CHECKING:
+    from orchestrator.runhistory import RunHistory
 
 __all__ = ["HtmlReport", "build_html", "write_html"]
 
@@ -27,14 +31,18 @@ class HtmlReport:
 
 def build_html(details: Sequence[RunDetail], *, title: str | None = None,
                options: Mapping[str, str] | None = None, read_artifact: ReadArtifact | None = None,
-               workers: int | None = None) -> HtmlReport:
+               workers: int | None = None, history: Mapping[str, RunHistory] | None = None) -> HtmlReport:
     """The report of ``details`` (one run: its report; several: overlaid on every chart). ``options`` reach
     the chart kinds (e.g. ``latency_cells``: comma-separated cell names whose latency distribution is drawn);
     ``read_artifact`` lets the provenance name what an artifact says (the purge commands); ``workers``:
-    processes that draw the figures (default: one per CPU, at most 4; 1 draws in this process)."""
+    processes that draw the figures (default: one per CPU, at most 4; 1 draws in this process); ``history``:
+    run id -> the run against its history (:func:`orchestrator.runhistory.histories`, by a caller with a
+    session), shown as the "Against history" section."""
     if not details:
         raise ValueError("a report needs at least one run")
     ctx = ReportContext.of(list(details), options, read_artifact)
+    if history:
+        ctx = replace(ctx, history=dict(history))
     built: list[tuple[ChartKind, list[FigureItem]]] = []
     with plot.deferred() as pending:          # chart kinds build their figures; drawing comes after, in parallel
         for kind in chart_kinds():
@@ -58,9 +66,10 @@ def build_html(details: Sequence[RunDetail], *, title: str | None = None,
 
 def write_html(details: Sequence[RunDetail], path: Path, *, title: str | None = None,
                options: Mapping[str, str] | None = None, read_artifact: ReadArtifact | None = None,
-               workers: int | None = None) -> HtmlReport:
+               workers: int | None = None, history: Mapping[str, RunHistory] | None = None) -> HtmlReport:
     """Write the report to ``path`` (parents created); returns what was written."""
-    report = build_html(details, title=title, options=options, read_artifact=read_artifact, workers=workers)
+    report = build_html(details, title=title, options=options, read_artifact=read_artifact, workers=workers,
+                        history=history)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report.html, encoding="utf-8")
     return report

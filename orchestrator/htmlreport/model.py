@@ -12,12 +12,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.cells import CellKey, cell_key, needs_op_mode
 from orchestrator.provenance import Provenance, ReadArtifact, describe
 from orchestrator.queries import RunDetail
 from orchestrator.store.models import Result, Step
+
+if TYPE_CHECKING:
+    from orchestrator.runhistory import RunHistory
 
 # one colour per device (run), one line style / hatch per OP mode: the legend names device, capacity, mode
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
@@ -132,6 +135,7 @@ class ReportContext:
     runs: list[RunView]
     with_op_mode: bool = False      # cells are matched with their OP mode (a run holds several modes)
     options: dict[str, str] = field(default_factory=dict)
+    history: dict[str, RunHistory] = field(default_factory=dict)   # run id -> against its history (given)
 
     @classmethod
     def of(cls, details: list[RunDetail], options: Mapping[str, str] | None = None,

@@ -60,7 +60,11 @@ def _runs_table(ctx: ReportContext) -> str:
         state = r.state + (" (partial: figures so far)" if v.provenance.partial else "")
         rows.append([f"run {v.index + 1}", r.id, r.suite_name, v.label(), state,
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(r.submitted_at))])
-    return table_html(Table(["", "run", "suite", "legend", "state", "submitted"], rows), "runs")
+        if ctx.history:                        # given by a caller with a store session (orchestrator.runhistory)
+            hist = ctx.history.get(r.id)
+            rows[-1].append(hist.summary() if hist is not None else "-")
+    heads = ["", "run", "suite", "legend", "state", "submitted"] + (["against history"] if ctx.history else [])
+    return table_html(Table(heads, rows), "runs")
 
 
 def _provenance_html(ctx: ReportContext) -> str:

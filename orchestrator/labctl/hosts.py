@@ -56,6 +56,8 @@ def hosts(ctx: typer.Context) -> None:
             why = [f"incompatible: {h.incompatible}"] if h.incompatible else []
             why += [f"host: {h.quarantine_reason}"] if h.quarantined_at else []
             why += [f"{d.path}: {d.quarantine_reason}" for d in h.devices if d.quarantined_at]
+            why += [f"{key}: failed x{v['fails']}: {str(v.get('detail') or '')[:200]}"        # checks failing now
+                    for key, v in sorted((h.health or {}).items()) if isinstance(v, dict) and v.get("fails")]
             clock, skewed = clock_skew(h.clock_skew_s)
             if skewed:
                 warnings.append(f"warning: the clock of host {h.name} is {abs(h.clock_skew_s or 0):.1f}s "

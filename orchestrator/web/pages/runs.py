@@ -70,11 +70,16 @@ def runs(request: Request, state: Text = "", suite: Text = "", host: Text = "", 
 def run_page(request: Request, run_id: RunId,
              done: Literal["cancel", "pause", "resume", "rerun"] | None = None) -> HTMLResponse:
     need(request, "viewer")
+    from orchestrator.runhistory import run_history
+
     with request.app.state.web.sessions() as s:
         run = queries.run_dict(s, run_id)
-    ended = run["state"] not in ACTIVE
+        ended = run["state"] not in ACTIVE
+        hist = run_history(s, run_id) if ended else None      # its cells against their history (issue 16)
+    marks = hist.step_marks((st["id"], st["kind"], st["cell"]) for st in run["steps"]) if hist else {}
     rerunnable = ended and any(st["state"] in ("FAILED", "CANCELLED", "LOST") for st in run["steps"])
     return render(request, "run.html", run=run, ended=ended, active=not ended, rerunnable=rerunnable,
+                  history=hist.summary() if hist else "", regressed=marks,
                   done=f"{done} accepted" if done else "")    # fixed texts: a link cannot make the page say anything
 
 

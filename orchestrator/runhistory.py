@@ -1,0 +1,97 @@
+"""A run against its history: which of its cells regressed (:func:`orchestrator.stats.history.regressions_for_run`)
+and how much history there was to say so. What the HTML report's "Against history" section and the web run
+page's "regressed" badges show.
+
+Computed by a caller that has a store session (``labctl report``, the web service's drawing subprocess, the run
+page) and handed to the report as plain data: the report's chart kinds never touch the store (their figures are
+drawn in forked processes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from orchestrator.cells import CellKey, cell_key
+from orchestrator.stats.changepoints import min_points
+from orchestrator.stats.history import Regression, load_series, regressions_for_run
+from orchestrator.store.models import Run
+
+MEASURED = ("measure", "app", "net")
+
+
+@dataclass(frozen=True)
+class RunHistory:
+    run_id: str
+    regressions: tuple[Regression, ...]   # unacknowledged, landing at this run
+    series: int                           # the run's series long enough to be judged
+    too_short: int                        # ... and those that are not
+    runs: int                             # the longest of the run's series, in runs
+    # (cell key, metric) of each regression -> its series: run ids and values, in run order
+    series_of: dict[tuple[CellKey, str], tuple[list[str], list[float]]] = field(default_factory=dict)
+
+    @property
+    def regressed_keys(self) -> set[CellKey]:
+        return {r.cell_key for r in self.regressions}
+
+    def summary(self) -> str:
+        """One line: what was found, or why nothing could be."""
+        if self.regressions:
+            cells = len(self.regressed_keys)
+            return (f"{len(self.regressions)} regression{'s' if len(self.regressions) != 1 else ''} in {cells} "
+                    f"cell{'s' if cells != 1 else ''} against a history of up to {self.runs} runs")
+        if not self.series and not self.too_short:
+            return "no figure of this run is in a history yet (it has not ended, or measured nothing)"
+        if not self.series:
+            return f"history too short: {self.runs} run{'s' if self.runs != 1 else ''} (the detector needs " \
+                   f"{min_points()})"
+        short = f"; {self.too_short} series too short" if self.too_short else ""
+        return f"no regression against its {self.runs}-run history ({self.series} series judged{short})"
+
+    def step_marks(self, steps: Iterable[tuple[str, str, Mapping[str, Any]]]) -> dict[str, str]:
+        """step id -> what regressed in its cell (``iops -23.1% (120,000 -> 92,280), confidence 99%``), for
+        the steps given as (id, kind, cell): every repeat of a regressed cell is marked."""
+        by_key: dict[CellKey, list[Regression]] = {}
+        for r in self.regressions:
+            by_key.setdefault(r.cell_key, []).append(r)
+        out: dict[str, str] = {}
+        for sid, kind, cell in steps:
+            if kind not in MEASURED or cell.get("phase") == "prepare":
+                continue
+            regs = by_key.get(cell_key(cell, with_op_mode=True))
+            if regs:
+                out[sid] = "; ".join(describe(r) for r in regs)
+        return out
+
+
+def describe(r: Regression) -> str:
+    return (f"{r.metric} {r.change_pct:+.1f}% ({_num(r.before)} -> {_num(r.after)}), "
+            f"confidence {r.confidence * 100:.0f}%")
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3g}"
+
+
+def run_history(s: Session, run_id: str) -> RunHistory | None:
+    """None for a run that is not in the store."""
+    run = s.get(Run, run_id)
+    if run is None:
+        return None
+    need = min_points()
+    mine = [ser for ser in load_series(s, host=run.host, suite=run.suite_name) if run_id in ser.run_ids]
+    judged = sum(1 for ser in mine if len(ser.values) >= need)
+    regs = regressions_for_run(s, run_id) if judged else []
+    drawn = {(r.cell_key, r.metric, r.model, r.firmware) for r in regs}
+    series_of = {(ser.ident.cell_key, ser.ident.metric): (list(ser.run_ids), list(ser.values)) for ser in mine
+                 if (ser.ident.cell_key, ser.ident.metric, ser.ident.model, ser.ident.firmware) in drawn}
+    return RunHistory(run_id, tuple(regs), judged, len(mine) - judged,
+                      max((len(x.values) for x in mine), default=0), series_of)
+
+
+def histories(s: Session, run_ids: Iterable[str]) -> dict[str, RunHistory]:
+    """run id -> its history, for a report's runs."""
+    return {rid: h for rid in dict.fromkeys(run_ids) if (h := run_history(s, rid)) is not None}
