@@ -1,10 +1,14 @@
 """Any number of runs side by side (stock vs HP, device A vs B, OS vs OS, single vs multipath), cell by cell.
 
 Cells are matched with :mod:`orchestrator.cells` (the same identity the HTML report and the export use), so
-a cell means the same thing everywhere. The first run is the baseline: every other run's figures get their
-difference to it in %. A run still in progress is compared with what it has and marked partial; nothing is
-filled in for a cell it has not measured. Output as a terminal table, or JSON / CSV whose fields are stable
-for scripts (docs/metrics.md, "Comparing runs").
+a cell means the same thing everywhere. A run's figure for a cell is the mean over the cell's repeats (a
+suite's ``repeat: N``; one value when it ran once). The first run is the baseline: every other run's figures
+get their difference to it in %, and, when both runs have at least 2 repeats of the cell, the verdict of
+:func:`orchestrator.stats.significance.judge` (significant or not, the test, p, effect size and the 95%
+interval of the difference); with a single run on either side the difference cannot be judged and is said
+so. A run still in progress is compared with what it has and marked partial; nothing is filled in for a cell
+it has not measured. Output as a terminal table (:mod:`orchestrator.comparetable`), or JSON / CSV whose
+fields are stable for scripts (docs/metrics.md, "Comparing runs"; docs/statistics.md, "Compare").
 """
 
 from __future__ import annotations
@@ -12,61 +16,72 @@ from __future__ import annotations
 import csv
 import io
 import json
-import textwrap
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
 from sqlalchemy.orm import Session
 
-from labcontract.errors import CompareError
-from orchestrator.cells import CellKey, cell_key, key_label, needs_op_mode, op_modes
-from orchestrator.queries import RunDetail, app_metrics, is_app_run, run_detail
+from labcontract.errors import CompareError, InputError
+from orchestrator.cellmetrics import APP_METRICS, HEADLINE, STORAGE_METRICS, Entry, Metric
+from orchestrator.cells import CellKey, key_label, needs_op_mode, op_modes
+from orchestrator.queries import RunDetail, is_app_run, run_detail
 from orchestrator.states import TERMINAL_RUN
-from orchestrator.store.models import Result
+from orchestrator.stats.samples import CellSamples, run_samples
+from orchestrator.stats.significance import Verdict, judge, test_for
+from orchestrator.stats.summary import Summary
 
 FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str          # JSON / CSV field
-    title: str         # table heading
-    fmt: str           # how the table prints it
-    diff: bool = True  # gets a difference to the first run
-
-
-STORAGE_METRICS = (Metric("iops", "IOPS", "{:,.0f}"), Metric("mb_s", "MB/s", "{:,.1f}"),
-                   Metric("lat_mean_us", "avg lat µs", "{:,.1f}"), Metric("lat_max_us", "max lat µs", "{:,.1f}"),
-                   Metric("lat_stddev_us", "lat stddev µs", "{:,.1f}"))
-APP_METRICS = (Metric("tps", "TPS", "{:,.1f}"), Metric("qps", "QPS", "{:,.1f}"),
-               Metric("lat_avg_ms", "avg lat ms", "{:,.2f}"), Metric("lat_p95_ms", "p95 lat ms", "{:,.2f}"),
-               Metric("lat_p99_ms", "p99 lat ms", "{:,.2f}"), Metric("errors", "errors", "{:,.0f}", diff=False),
-               Metric("reconnects", "reconnects", "{:,.0f}", diff=False))
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One run's figures for one cell."""
-
-    step: str | None                  # the step (or network group) name in that run; None: the run lacks the cell
-    op_mode: str | None
-    values: dict[str, float | None]   # metric name -> value; None when not measured (yet)
+ALPHA = 0.05           # two-sided level of every verdict (95% intervals)
+CANNOT_JUDGE = "single run: cannot judge"
 
 
 @dataclass(frozen=True)
 class Row:
     key: CellKey
-    label: str                        # full cell name (orchestrator.cells.key_label), never truncated
-    entries: list[Entry]              # one per run, in run order
+    label: str                          # full cell name (orchestrator.cells.key_label), never truncated
+    entries: list[Entry]                # one per run, in run order: the mean over the cell's repeats
+    samples: list[CellSamples | None]   # one per run: every repeat's values; None: the run lacks the cell
+    _verdicts: dict[tuple[int, str], Verdict | None] = field(default_factory=dict, repr=False, compare=False)
 
     def diff(self, i: int, metric: str) -> float | None:
-        """Run ``i`` against the first run in %: (x - first) / first x 100; None when either is missing or 0."""
+        """Run ``i``'s mean against the first run's in %: (x - first) / first x 100; None when either is
+        missing or the first is 0."""
         base, x = self.entries[0].values.get(metric), self.entries[i].values.get(metric)
         if base is None or x is None or base == 0:
             return None
         return (x - base) / base * 100
+
+    def values(self, i: int, metric: str) -> list[float]:
+        """Run ``i``'s value of each measured repeat of the cell."""
+        cs = self.samples[i]
+        return cs.values.get(metric, []) if cs is not None else []
+
+    def repeats(self, i: int) -> int:
+        """Repeats of the cell run ``i`` measured (the most any metric has)."""
+        cs = self.samples[i]
+        return max((len(v) for v in cs.values.values()), default=0) if cs is not None else 0
+
+    def summary(self, i: int, metric: str) -> Summary | None:
+        cs = self.samples[i]
+        return cs.summary(metric) if cs is not None else None
+
+    def verdict(self, i: int, metric: str) -> Verdict | None:
+        """Run ``i`` (not the first) against the first on ``metric``: the test :func:`test_for` picks, at
+        :data:`ALPHA`; kind "cannot be judged" when either side has a single repeat; None when either has no
+        value (or for the first run). Computed when first asked (a 10-run compare of 125 cells has 5,000)."""
+        if (i, metric) not in self._verdicts:
+            a, b = self.values(0, metric), self.values(i, metric)
+            v: Verdict | None = None
+            if i > 0 and a and b:
+                try:
+                    v = judge(a, b, ALPHA, test_for(metric))
+                except (InputError, ValueError):      # a non-finite value: no verdict rather than a wrong one
+                    v = None
+            self._verdicts[(i, metric)] = v
+        return self._verdicts[(i, metric)]
 
 
 @dataclass(frozen=True)
@@ -80,52 +95,29 @@ class Comparison:
     def partial(self, i: int) -> bool:
         return self.details[i].run.state not in TERMINAL_RUN
 
+    @property
+    def judged(self) -> list[Metric]:
+        """The metrics whose verdict the table shows (cellmetrics.HEADLINE); JSON and CSV carry every one."""
+        return [m for m in self.metrics if m.diff and m.name in HEADLINE]
+
+    @property
+    def repeated(self) -> bool:
+        """Whether some cell of some run has more than one repeat."""
+        return any(row.repeats(i) > 1 for row in self.rows for i in range(len(row.entries)))
+
 
 def ref_name(i: int) -> str:
     """A, B, ... Z, then R27, R28 ...: short run names for table columns."""
     return chr(ord("A") + i) if i < 26 else f"R{i + 1}"
 
 
-def _us(ns: float | None) -> float | None:
-    return None if ns is None else ns / 1000
-
-
-def storage_values(res: Result | None) -> dict[str, float | None]:
-    if res is None:
-        return {m.name: None for m in STORAGE_METRICS}
-    return {"iops": res.iops, "mb_s": None if res.bw_bytes is None else res.bw_bytes / 1e6,
-            "lat_mean_us": _us(res.lat_mean_ns),
-            "lat_max_us": _us(res.lat_max_ns), "lat_stddev_us": _us(res.lat_stddev_ns)}
-
-
-def _storage_cells(d: RunDetail, with_op_mode: bool) -> dict[CellKey, Entry]:
-    cells: dict[CellKey, Entry] = {}
-    for st in d.steps:
-        if st.kind == "measure":
-            cells.setdefault(cell_key(st.cell, with_op_mode=with_op_mode),
-                             Entry(st.name, str(st.cell.get("op_mode", "stock")), storage_values(d.results.get(st.id))))
-    return cells
-
-
-def app_values(res: Result | None) -> dict[str, float | None]:
-    m = app_metrics(res) if res is not None else {}
-    return {k.name: m.get(k.name) for k in APP_METRICS}
-
-
-def _app_cells(d: RunDetail, with_op_mode: bool) -> dict[CellKey, Entry]:
-    """An application run's measured points (prepare steps make no row), keyed by profile, app and
-    threads / clients (orchestrator.cells), so ``oltp_read_write.t8`` of a stock run meets that of an HP run."""
-    cells: dict[CellKey, Entry] = {}
-    for st in d.steps:
-        if st.kind == "app" and st.cell.get("phase") != "prepare":
-            cells.setdefault(cell_key(st.cell, with_op_mode=with_op_mode),
-                             Entry(st.name, str(st.cell.get("op_mode", "stock")), app_values(d.results.get(st.id))))
-    return cells
+def _mean(values: list[float] | None) -> float | None:
+    return math.fsum(values) / len(values) if values else None
 
 
 def compare_details(details: Sequence[RunDetail]) -> Comparison:
     """Match the runs' cells (see the module docstring); CompareError when they cannot be compared."""
-    from orchestrator.netreport import net_cells, net_metrics
+    from orchestrator.netreport import net_metrics
 
     details = list(details)
     if len(details) < 2:
@@ -142,15 +134,8 @@ def compare_details(details: Sequence[RunDetail]) -> Comparison:
                            f"{other.run.id} (suite {other.run.suite_name}) is not: application runs compare only "
                            f"with application runs")
     with_mode = needs_op_mode([st.cell for st in d.steps] for d in details)
-    if apps[0]:
-        per_run = [_app_cells(d, with_mode) for d in details]
-        metrics = list(APP_METRICS)
-    elif network[0]:
-        per_run = [net_cells(d, with_mode) for d in details]
-        metrics = net_metrics(details)
-    else:
-        per_run = [_storage_cells(d, with_mode) for d in details]
-        metrics = list(STORAGE_METRICS)
+    per_run = [run_samples(d, with_mode) for d in details]
+    metrics = list(APP_METRICS) if apps[0] else net_metrics(details) if network[0] else list(STORAGE_METRICS)
     first = details[0]
     for d, cells in zip(details[1:], per_run[1:], strict=True):
         if not cells.keys() & per_run[0].keys():
@@ -160,12 +145,17 @@ def compare_details(details: Sequence[RunDetail]) -> Comparison:
     order: dict[CellKey, None] = {}
     for cells in per_run:
         order.update(dict.fromkeys(cells))
-    missing = Entry(None, None, {})
 
-    def entry(e: Entry) -> Entry:   # every metric present, None where the run has no figure
-        return Entry(e.step, e.op_mode, {m.name: e.values.get(m.name) for m in metrics})
+    def entry(cs: CellSamples | None) -> Entry:   # every metric present, None where the run has no figure
+        if cs is None:
+            return Entry(None, None, {m.name: None for m in metrics})
+        return Entry(cs.steps[0] if cs.steps else None, cs.op_mode,
+                     {m.name: _mean(cs.values.get(m.name)) for m in metrics})
 
-    rows = [Row(k, key_label(k), [entry(cells.get(k, missing)) for cells in per_run]) for k in order]
+    rows = []
+    for k in order:
+        samples = [cells.get(k) for cells in per_run]
+        rows.append(Row(k, key_label(k), [entry(cs) for cs in samples], samples))
     return Comparison(details, network[0], with_mode, metrics, rows)
 
 
@@ -176,82 +166,39 @@ def compare_runs(s: Session, refs: Sequence[str]) -> Comparison:
     return compare_details([run_detail(s, ref, light=True) for ref in refs])
 
 
-# --- output -------------------------------------------------------------------------------------------
-
-def run_line(c: Comparison, i: int) -> str:
-    d = c.details[i]
-    r = d.run
-    modes = "/".join(op_modes(st.cell for st in d.steps)) or "-"
-    where = (f"{(r.topology or {}).get('target', r.host)} <- {', '.join((r.topology or {}).get('initiators', []))}"
-             if c.network else f"{r.host}:{','.join(r.devices or [r.device])}")
-    line = f"{ref_name(i)}: {r.id} (suite {r.suite_name}, {where}, {modes}, {r.state})"
-    if c.partial(i):
-        done = sum(1 for row in c.rows if any(v is not None for v in row.entries[i].values.values()))
-        line += f" (partial: {done} of {sum(1 for row in c.rows if row.entries[i].step)} cells measured so far)"
-    return line
-
-
-def _fmt(metric: Metric, v: float | None) -> str:
-    return "-" if v is None else metric.fmt.format(v)
-
-
 def print_comparison(console: Console, c: Comparison) -> None:
-    """A header line per run, then a row per run under each cell, each metric with its difference to A."""
-    for i in range(len(c.details)):
-        console.print(run_line(c, i), highlight=False, soft_wrap=True, markup=False)
-    match = ("profile, MTU and path mode" if c.network else "test and threads / clients"
-             if c.metrics and c.metrics[0].name == "tps" else "profile and swept values")
-    common = sum(1 for row in c.rows if all(e.step for e in row.entries))
-    console.print(f"cells matched by {match}{' and OP mode' if c.with_op_mode else ''}: {len(c.rows)} cells, "
-                  f"{common} in every run; differences are against A", highlight=False, soft_wrap=True, markup=False)
-    lines: list[tuple[list[str], bool]] = []
-    for row in c.rows:
-        for i, e in enumerate(row.entries):
-            cells = [row.label if i == 0 else "", f"{ref_name(i)} {e.op_mode or ''}".rstrip()]
-            for m in c.metrics:
-                cells.append(_fmt(m, e.values.get(m.name)))
-                if m.diff:
-                    d = row.diff(i, m.name) if i else None
-                    cells.append("-" if d is None else f"{d:+.1f}%")
-            lines.append((cells, i == len(row.entries) - 1))
-    heads = ["cell", "run", *(h for m in c.metrics for h in ((m.title, "vs A") if m.diff else (m.title,)))]
-    content = [max([len(cells[j]) for cells, _end in lines], default=1) for j in range(len(heads))]
-    widths = [max(n, len(h)) for n, h in zip(content, heads, strict=True)]          # headers on one line
-    if sum(widths[1:]) + 3 * len(heads) + 1 + min(widths[0], 32) > console.width:    # else wrapped by words
-        widths = [max(n, *(len(w) for w in h.split())) for n, h in zip(content, heads, strict=True)]
-    # nothing is ever cut: every column gets the width of its longest figure (a header wraps between words
-    # instead), the cell name whatever the terminal leaves (at least 32: a longer name wraps inside its
-    # column), and a table wider than the terminal is written wider (the terminal wraps its lines).
-    frame = sum(widths[1:]) + 3 * len(heads) + 1
-    widths[0] = min(widths[0], max(32, console.width - frame))
-    console.out("\n".join(grid(heads, widths, lines, left={0, 1})), highlight=False)
+    """The terminal table (:func:`orchestrator.comparetable.print_table`)."""
+    from orchestrator.comparetable import print_table
+
+    print_table(console, c)
 
 
-def _wrap(text: str, width: int) -> list[str]:
-    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+# --- JSON and CSV -------------------------------------------------------------------------------------
+
+def _pct_of(x: float | None, base: float) -> float | None:
+    return None if x is None or base == 0 else x / abs(base) * 100
 
 
-def grid(heads: list[str], widths: list[int], rows: list[tuple[list[str], bool]], left: set[int]) -> list[str]:
-    """A boxed text table (rich's look) drawn directly: rich measures every cell again, which takes seconds
-    for a 10-run pattern-125 compare (1,280 rows); here each line is a join."""
-    def rule(a: str, mid: str, b: str, fill: str) -> str:
-        return a + mid.join(fill * (w + 2) for w in widths) + b
+def verdict_fields(v: Verdict | None) -> dict[str, Any] | None:
+    """A verdict as JSON fields (docs/metrics.md); the interval of the difference also in % of the baseline."""
+    if v is None:
+        return None
+    return {"verdict": v.kind, "test": v.test, "n_a": v.n_a, "n_b": v.n_b, "p": v.p,
+            "effect_size": v.effect_size, "effect_name": v.effect_name or None, "diff": v.diff,
+            "diff_pct": v.rel_diff_pct, "diff_ci_low": v.ci_low, "diff_ci_high": v.ci_high,
+            "diff_ci_low_pct": _pct_of(v.ci_low, v.mean_a), "diff_ci_high_pct": _pct_of(v.ci_high, v.mean_a),
+            "reason": v.reason}
 
-    def block(cells: list[str], bar: str, bottom: bool) -> list[str]:
-        cols = [_wrap(c, w) for c, w in zip(cells, widths, strict=True)]
-        height = max(len(c) for c in cols)
-        cols = [[""] * (height - len(c)) + c if bottom else c + [""] * (height - len(c)) for c in cols]
-        return [bar + bar.join(f" {col[k].ljust(w) if j in left else col[k].rjust(w)} "
-                               for j, (col, w) in enumerate(zip(cols, widths, strict=True))) + bar
-                for k in range(height)]
 
-    out = [rule("┏", "┳", "┓", "━"), *block(heads, "┃", True), rule("┡", "╇", "┩", "━")]
-    for i, (cells, end) in enumerate(rows):
-        out += block(cells, "│", False)
-        if end and i < len(rows) - 1:
-            out.append(rule("├", "┼", "┤", "─"))
-    out.append(rule("└", "┴", "┘", "─"))
-    return out
+def summary_fields(s: Summary | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {"n": s.n, "mean": s.mean, "median": s.median, "stdev": s.stdev, "ci_low": s.ci_low,
+            "ci_high": s.ci_high, "cov_pct": s.cov_pct}
+
+
+def _kind(c: Comparison) -> str:
+    return "network" if c.network else "application" if c.metrics and c.metrics[0].name == "tps" else "storage"
 
 
 def as_json(c: Comparison) -> str:
@@ -259,22 +206,40 @@ def as_json(c: Comparison) -> str:
     runs = [{"ref": ref_name(i), "id": d.run.id, "suite": d.run.suite_name, "host": d.run.host,
              "devices": list(d.run.devices or [d.run.device]), "op_modes": op_modes(st.cell for st in d.steps),
              "state": d.run.state, "partial": c.partial(i)} for i, d in enumerate(c.details)]
+    diffed = [m for m in c.metrics if m.diff]
     cells = [{"cell": row.label, "key": dict(row.key),
               "runs": [{"run": c.details[i].run.id, "step": e.step, "op_mode": e.op_mode, **e.values,
-                        "vs_first_pct": {m.name: row.diff(i, m.name) if i else None for m in c.metrics if m.diff}}
+                        "vs_first_pct": {m.name: row.diff(i, m.name) if i else None for m in diffed},
+                        "repeats": row.repeats(i), "steps": list(cs.steps) if (cs := row.samples[i]) else [],
+                        "stats": {m.name: summary_fields(row.summary(i, m.name)) for m in c.metrics},
+                        "verdicts": {m.name: verdict_fields(row.verdict(i, m.name)) for m in diffed}}
                        for i, e in enumerate(row.entries)]} for row in c.rows]
-    kind = "network" if c.network else "application" if c.metrics and c.metrics[0].name == "tps" else "storage"
-    doc = {"format_version": FORMAT_VERSION, "kind": kind,
-           "match_op_mode": c.with_op_mode, "runs": runs,
-           "metrics": [{"name": m.name, "title": m.title, "vs_first": m.diff} for m in c.metrics], "cells": cells}
+    judged = {m.name for m in c.judged}
+    doc = {"format_version": FORMAT_VERSION, "kind": _kind(c), "match_op_mode": c.with_op_mode, "alpha": ALPHA,
+           "runs": runs,
+           "metrics": [{"name": m.name, "title": m.title, "vs_first": m.diff,
+                        "test": test_for(m.name) if m.diff else None, "headline": m.name in judged}
+                       for m in c.metrics], "cells": cells}
     return json.dumps(doc, indent=2, ensure_ascii=False)
 
 
 CSV_HEAD = ("cell", "run_ref", "run", "suite", "state", "partial", "step", "op_mode")
+# per metric with a difference, after the existing columns: the run's repeats and the verdict against the first
+CSV_STATS = ("n", "ci_low", "ci_high", "cov_pct", "verdict", "test", "p", "effect_size", "diff_ci_low_pct",
+             "diff_ci_high_pct")
 
 
 def csv_columns(c: Comparison) -> list[str]:
-    return [*CSV_HEAD, *(m.name for m in c.metrics), *(f"{m.name}_vs_first_pct" for m in c.metrics if m.diff)]
+    diffed = [m.name for m in c.metrics if m.diff]
+    return [*CSV_HEAD, *(m.name for m in c.metrics), *(f"{m}_vs_first_pct" for m in diffed), "repeats",
+            *(f"{m}_{s}" for m in diffed for s in CSV_STATS)]
+
+
+def _stats_cells(row: Row, i: int, metric: str) -> list[Any]:
+    s, v = row.summary(i, metric), verdict_fields(row.verdict(i, metric))
+    return [s.n if s else None, s.ci_low if s else None, s.ci_high if s else None, s.cov_pct if s else None,
+            *((v[k] for k in ("verdict", "test", "p", "effect_size", "diff_ci_low_pct", "diff_ci_high_pct"))
+              if v else [None] * 6)]
 
 
 def as_csv(c: Comparison) -> str:
@@ -282,6 +247,7 @@ def as_csv(c: Comparison) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(csv_columns(c))
+    diffed = [m.name for m in c.metrics if m.diff]
 
     def cell(v: Any) -> Any:
         return "" if v is None else v
@@ -291,7 +257,8 @@ def as_csv(c: Comparison) -> str:
             d = c.details[i].run
             w.writerow([row.label, ref_name(i), d.id, d.suite_name, d.state, str(c.partial(i)).lower(),
                         cell(e.step), cell(e.op_mode), *(cell(e.values.get(m.name)) for m in c.metrics),
-                        *(cell(row.diff(i, m.name) if i else None) for m in c.metrics if m.diff)])
+                        *(cell(row.diff(i, m) if i else None) for m in diffed), row.repeats(i),
+                        *(cell(x) for m in diffed for x in _stats_cells(row, i, m))])
     return buf.getvalue()
 
 

@@ -40,13 +40,13 @@ def _input_fails_2(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def _write_html(details: Any, path: Path, options: dict[str, str] | None) -> None:
+def _write_html(details: Any, path: Path, options: dict[str, str] | None, history: Any = None) -> None:
     from orchestrator import htmlreport
     from orchestrator.report import artifact_reader
 
     try:
         htmlreport.write_html(details, path, options=options,
-                              read_artifact=artifact_reader(State.config.artifact_dir))
+                              read_artifact=artifact_reader(State.config.artifact_dir), history=history)
     except OSError as e:
         raise LabError(f"{path}: cannot write the HTML report: {e.strerror or e}") from e
 
@@ -54,15 +54,18 @@ def _write_html(details: Any, path: Path, options: dict[str, str] | None) -> Non
 @_input_fails_2
 def compare(
     runs: Annotated[list[str], typer.Argument(metavar="RUN", help=RUNS_HELP + " The first is the "
-                                              "baseline (e.g. stock): the others get their difference to it in %.")],
+                                              "baseline (e.g. stock): the others get their difference to it in % "
+                                              "and its verdict (significant or not; single run: cannot judge).")],
     format: Annotated[str, typer.Option("--format", help="table, json or csv (fields: docs/metrics.md).")]
     = "table",
     html: Annotated[Path | None, typer.Option(help="Also write the comparison as an HTML report (charts with "
                                                    "the runs overlaid) to this file.")] = None,
 ) -> None:
     """Runs side by side, cell by cell (profile, swept values; OP mode when a run holds several; network:
-    MTU and path mode): the four review metrics and MB/s (network: Gbps), each against the first run. An
-    unknown run, fewer than 2 runs or runs with no cell in common exit with code 2."""
+    MTU and path mode): the four review metrics and MB/s (network: Gbps), each the mean over the cell's
+    repeats and against the first run, with the verdict on the headline figures (Welch's t-test or
+    Mann-Whitney U when both runs have 2+ repeats; docs/statistics.md "Compare"). An unknown run, fewer than
+    2 runs or runs with no cell in common exit with code 2."""
     from labcontract.errors import CompareError
     from orchestrator.compare import FORMATS, compare_runs, print_comparison
 
@@ -109,7 +112,10 @@ def report(
                 print(f"warning: run {d.run.id} is {d.run.state}: partial report (what was measured so far)",
                       file=sys.stderr)
         if html is not None:
-            _write_html(details, html, {"latency_cells": ",".join(latency_cell)} if latency_cell else None)
+            from orchestrator.runhistory import histories
+
+            _write_html(details, html, {"latency_cells": ",".join(latency_cell)} if latency_cell else None,
+                        histories(s, [d.run.id for d in details]))
             print(html)
         if html is None or markdown:
             for d in details:

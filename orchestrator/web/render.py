@@ -141,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from orchestrator import htmlreport
     from orchestrator.compare import compare_details
     from orchestrator.report import artifact_reader
+    from orchestrator.runhistory import histories
     from orchestrator.store.db import make_engine, sessions
     from orchestrator.web.queries import detail
 
@@ -150,7 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             details = [detail(s, rid) for rid in a.runs]
             if a.kind == "compare":
                 details = compare_details(details).details     # CompareError: no cell in common, ...
-            htmlreport.write_html(details, a.out, read_artifact=artifact_reader(a.artifact_dir))
+            htmlreport.write_html(details, a.out, read_artifact=artifact_reader(a.artifact_dir),
+                                  history=histories(s, [d.run.id for d in details]) if a.kind == "report" else None)
     except LabError as e:
         print(str(e).splitlines()[0] if str(e) else type(e).__name__, file=sys.stderr)
         return 2

@@ -164,10 +164,14 @@ def test_three_runs_each_against_the_first_and_unmatched_cells_last(db: sessionm
     doc = json.loads(as_json(c))
     assert [r["id"] for r in doc["runs"]] == ["r1", "r2", "r3"] and doc["format_version"] == 1
     assert doc["cells"][0]["runs"][2]["vs_first_pct"]["iops"] == pytest.approx(10.0)
-    assert doc["cells"][1]["runs"][0] == {"run": "r1", "step": None, "op_mode": None, "iops": None, "mb_s": None,
-                                          "lat_mean_us": None, "lat_max_us": None, "lat_stddev_us": None,
-                                          "vs_first_pct": {"iops": None, "mb_s": None, "lat_mean_us": None,
-                                                           "lat_max_us": None, "lat_stddev_us": None}}
+    none = {"iops": None, "mb_s": None, "lat_mean_us": None, "lat_max_us": None, "lat_stddev_us": None}
+    assert doc["cells"][1]["runs"][0] == {"run": "r1", "step": None, "op_mode": None, **none,
+                                          "vs_first_pct": none, "repeats": 0, "steps": [], "stats": none,
+                                          "verdicts": none}
+    single = doc["cells"][0]["runs"][2]
+    assert single["repeats"] == 1 and single["verdicts"]["iops"]["verdict"] == "cannot be judged"
+    assert single["stats"]["iops"] == {"n": 1, "mean": 1100.0, "median": 1100.0, "stdev": None, "ci_low": None,
+                                       "ci_high": None, "cov_pct": None}
 
 
 def test_op_mode_is_matched_when_a_run_holds_several(db: sessionmaker[Session]) -> None:
@@ -191,7 +195,10 @@ def test_csv_is_long_format_with_documented_columns_and_empty_missing_values(db:
     assert list(rows[0]) == csv_columns(c) == [
         "cell", "run_ref", "run", "suite", "state", "partial", "step", "op_mode", "iops", "mb_s", "lat_mean_us",
         "lat_max_us", "lat_stddev_us", "iops_vs_first_pct", "mb_s_vs_first_pct", "lat_mean_us_vs_first_pct",
-        "lat_max_us_vs_first_pct", "lat_stddev_us_vs_first_pct"]
+        "lat_max_us_vs_first_pct", "lat_stddev_us_vs_first_pct", "repeats",
+        *(f"{m}_{f}" for m in ("iops", "mb_s", "lat_mean_us", "lat_max_us", "lat_stddev_us")
+          for f in ("n", "ci_low", "ci_high", "cov_pct", "verdict", "test", "p", "effect_size", "diff_ci_low_pct",
+                    "diff_ci_high_pct"))]
     assert [(r["run"], r["partial"]) for r in rows] == [("ra", "true"), ("rb", "false")] * 2
     assert float(rows[1]["iops_vs_first_pct"]) == pytest.approx(-20.0)
     assert rows[2]["iops"] == "" and rows[3]["iops_vs_first_pct"] == "" and "None" not in text

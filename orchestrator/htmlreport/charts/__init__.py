@@ -2,6 +2,7 @@
 A new chart is one module here plus its line below."""
 
 from orchestrator.htmlreport.charts import (  # noqa: F401
+    against,
     apps,
     bars,
     groups,
@@ -9,5 +10,7 @@ from orchestrator.htmlreport.charts import (  # noqa: F401
     latency,
     network,
     precondition,
+    repeats,
     scaling,
+    significance,
 )

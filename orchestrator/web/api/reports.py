@@ -40,7 +40,9 @@ def report(request: Request, run_id: Annotated[str, Path(max_length=64)]) -> HTM
 def compare(request: Request,
             run: Annotated[list[Annotated[str, Query(max_length=64)]], Query(min_length=2, max_length=MAX_COMPARE)],
             format: Literal["html", "json", "csv"] = "html") -> Response:
-    """Runs side by side, cell by cell; the first is the baseline (``labctl compare``)."""
+    """Runs side by side, cell by cell; the first is the baseline (``labctl compare``): each run's mean over a
+    cell's repeats and, per figure, the verdict against the first run (``verdicts`` in JSON, ``*_verdict``
+    columns in CSV; docs/metrics.md "Comparing runs")."""
     from orchestrator.compare import as_csv, as_json, compare_details
 
     if len(set(run)) != len(run):
