@@ -6,18 +6,21 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LAB_DIR ?= $(CURDIR)/.lab
+# the Ansible collections of requirements.yml (ansible-core carries ansible.builtin only); playbooks/ansible.cfg's
+# collections_path names this directory, so it is fixed
+COLLECTIONS := $(CURDIR)/collections
 # test modules run on this many workers (pytest-xdist, a module's tests stay together): most tests wait on fio,
 # services and conditions, so two workers on two CPUs take the suite from about 30 to under 20 minutes
 TEST_JOBS ?= 2
 DEMO_PKGS := fio redis-server util-linux python3-venv
 TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime chromium mariadb-server sysbench xfsprogs ioping
 
-.PHONY: demo test lint typecheck unit integration bench system-deps system-test-deps clean
+.PHONY: demo test lint typecheck unit integration bench system-deps system-test-deps collections wheel clean
 
-demo: system-deps $(VENV)/.installed
+demo: system-deps $(VENV)/.installed $(COLLECTIONS)/.installed
 	$(VENV)/bin/labctl --lab-dir $(LAB_DIR) demo
 
-test: system-test-deps $(VENV)/.dev-installed
+test: system-test-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -n $(TEST_JOBS) --dist loadfile tests
@@ -25,7 +28,7 @@ test: system-test-deps $(VENV)/.dev-installed
 unit: $(VENV)/.dev-installed
 	$(VENV)/bin/pytest tests/unit
 
-integration: system-test-deps $(VENV)/.dev-installed
+integration: system-test-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 	$(VENV)/bin/pytest tests/integration
 
 lint: $(VENV)/.dev-installed
@@ -52,11 +55,26 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[controller]'
+	@# a venv made before requirements.yml carries the whole ansible package (470 MB of collections): dropped
+	@if $(PY) -m pip show -q ansible >/dev/null 2>&1; then \
+	  $(PY) scripts/install_collections.py requirements.yml $(COLLECTIONS) && $(PY) -m pip uninstall -q -y ansible; fi
 	@touch $@
 
 $(VENV)/.dev-installed: $(VENV)/.installed
 	$(PY) -m pip install -q -c constraints.txt -e '.[controller,dev]'
 	@touch $@
 
+# the collections the playbooks use (requirements.yml): from Ansible Galaxy, else out of the ansible release
+# on PyPI that bundles the pinned versions (scripts/install_collections.py); nothing is fetched once installed
+collections: $(COLLECTIONS)/.installed
+
+$(COLLECTIONS)/.installed: requirements.yml scripts/install_collections.py | $(VENV)/.installed
+	$(PY) scripts/install_collections.py requirements.yml $(COLLECTIONS)
+	@touch $@
+
+# the wheel agent hosts install (playbooks/agent.yml copies it there): dist/storagelab-<version>-py3-none-any.whl
+wheel: $(VENV)/.installed
+	$(PY) -m pip wheel -q --no-deps -w dist .
+
 clean:
-	rm -rf $(VENV) .lab .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(COLLECTIONS) .lab .pytest_cache .mypy_cache .ruff_cache build

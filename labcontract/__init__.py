@@ -6,4 +6,6 @@ schema and fio output parser (:mod:`labcontract.fioresult`), host facts
 (:mod:`labcontract.facts`) and the versioned message protocol (:mod:`labcontract.protocol`).
 """
 
-__version__ = "0.1.0"
+from labcontract.version import __version__
+
+__all__ = ["__version__"]

@@ -9,7 +9,9 @@ drawn in forked processes).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +92,33 @@ def run_history(s: Session, run_id: str) -> RunHistory | None:
                  if (ser.ident.cell_key, ser.ident.metric, ser.ident.model, ser.ident.firmware) in drawn}
     return RunHistory(run_id, tuple(regs), judged, len(mine) - judged,
                       max((len(x.values) for x in mine), default=0), series_of)
+
+
+class HistoryCache:
+    """Run histories of ended runs for a while (the web run page): judging a run loads its host's series of that
+    suite, about 0.5 s at 10,000 runs, too slow for every view of a page. A history changes only when another
+    run of that host and suite ends or a regression is acknowledged, so a view may be ``ttl_s`` behind that.
+    Bounded: the oldest entries go first."""
+
+    def __init__(self, ttl_s: float = 30.0, max_entries: int = 256,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s, self.max_entries, self.clock = ttl_s, max_entries, clock
+        self._entries: dict[str, tuple[float, RunHistory | None]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, s: Session, run_id: str) -> RunHistory | None:
+        now = self.clock()
+        with self._lock:
+            hit = self._entries.get(run_id)
+        if hit is not None and now - hit[0] < self.ttl_s:
+            return hit[1]
+        value = run_history(s, run_id)
+        with self._lock:
+            self._entries.pop(run_id, None)
+            self._entries[run_id] = (now, value)
+            while len(self._entries) > self.max_entries:
+                self._entries.pop(next(iter(self._entries)))
+        return value
 
 
 def histories(s: Session, run_ids: Iterable[str]) -> dict[str, RunHistory]:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from labcontract import __version__
 from labcontract.brokerauth import redact_url, with_credentials
 from labcontract.errors import ConfigError, LabError
 from labcontract.telemetry import DEFAULT_AGENT_METRICS_PORT
@@ -30,6 +31,7 @@ def _env_path(name: str) -> Path | None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="storagelab-agent", description="Run the storagelab agent daemon on a lab "
                                 "host: it runs the controller's steps on this host's declared DUTs.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     b = p.add_argument_group("broker")
     b.add_argument("--broker", default=os.environ.get("LAB_BROKER_URL", DEFAULT_BROKER),
                    help="Redis URL (Celery broker and streams); env LAB_BROKER_URL.")

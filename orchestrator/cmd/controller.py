@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from labcontract import __version__
 from labcontract.brokerauth import redact_url
 from labcontract.inventory import load_inventory
 from labcontract.logs import setup_logging
@@ -90,8 +91,9 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
     running.append(controller)
     if stopping.is_set():
         controller.stop()
-    log.info("controller up: store %s, broker %s", redact_url(engine.url.render_as_string(hide_password=True)),
-             redact_url(config.broker_url))     # never a password (tests/redteam/test_redteam_broker.py)
+    # never a password (tests/redteam/test_redteam_broker.py)
+    log.info("controller up (storagelab %s): store %s, broker %s", __version__,
+             redact_url(engine.url.render_as_string(hide_password=True)), redact_url(config.broker_url))
     # The start-up heap (~130k objects: SQLAlchemy, Celery, pydantic) never dies; frozen, it is left out of
     # every full collection, which otherwise stops the loop ~75 ms about once a second (docs/performance.md)
     gc.collect()

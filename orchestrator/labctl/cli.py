@@ -16,10 +16,12 @@ from labcontract.errors import LabError
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
 from orchestrator.labctl.apicmds import ApiOptions, api_client
 from orchestrator.labctl.broker import broker_app
+from orchestrator.labctl.canary import canary_app
 from orchestrator.labctl.common import State, checked_reply, fail, fails_cleanly, out
 from orchestrator.labctl.common import sessions_or_fail as _sessions
 from orchestrator.labctl.hosts import hosts_app
 from orchestrator.labctl.labcmd import lab_app
+from orchestrator.labctl.regressions import regressions_app
 from orchestrator.labctl.reports import add_report_commands
 from orchestrator.labctl.tokens import token_app
 
@@ -33,7 +35,19 @@ app.add_typer(hosts_app, name="hosts")
 app.add_typer(broker_app, name="broker")
 app.add_typer(token_app, name="token")
 app.add_typer(lab_app, name="lab")
+app.add_typer(regressions_app, name="regressions")
+app.add_typer(canary_app, name="canary")
 add_report_commands(app)   # compare, report, export
+
+
+def _print_version(value: bool) -> None:
+    """An eager option: it prints before the lab options are resolved (no store, broker or lab dir needed)."""
+    if value:
+        from labcontract import __version__
+
+        print(f"labctl (storagelab) {__version__}")
+        raise typer.Exit()
+
 
 @app.callback()
 def main_options(
@@ -59,6 +73,8 @@ def main_options(
     = None,
     token_file: Annotated[Path | None, typer.Option(envvar="LAB_TOKEN_FILE", help="File holding the API token "
                                                     "(mode 600), with --api.")] = None,
+    version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                          help="Print the version (labcontract/version.py) and exit.")] = False,
 ) -> None:
     from orchestrator.labctl.broker import broker_url_of
 
@@ -119,6 +135,8 @@ def suite_render(
     = None,
     runtime: Annotated[int | None, typer.Option(help="Set every measured cell's runtime (s).")] = None,
     scale: Annotated[float | None, typer.Option(help="Multiply every duration by this factor.")] = None,
+    repeat: Annotated[int | None, typer.Option(min=1, max=50, help="Run every measured cell this many times "
+                                                                   "(replaces the suite's repeat).")] = None,
 ) -> None:
     """Print the plan: every step, and the exact fio job file of each fio step."""
     from labcontract.fiojob import DUT_PLACEHOLDER
@@ -128,7 +146,7 @@ def suite_render(
     s = load_suite(suite)
     devices = device or [DUT_PLACEHOLDER] if s.devices is None else device or [
         DUT_PLACEHOLDER if i == 0 else f"${{LAB_DUT{i}}}" for i in range(s.devices)]
-    for step in plan(s, devices, runtime=runtime, scale=scale):
+    for step in plan(s, devices, runtime=runtime, scale=scale, repeat=repeat):
         more = " (further rounds until steady state)" if step.kind == "precondition" else ""
         print(f"### step {step.seq}: {step.kind} {step.name}{more}")
         if step.note:
@@ -167,12 +185,15 @@ def submit(
     max_rounds: Annotated[int | None, typer.Option(min=1, max=100_000, help="Stop preconditioning after this many "
                                                                             "rounds (caps the suite's max_rounds)."
                                                    )] = None,
+    repeat: Annotated[int | None, typer.Option(min=1, max=50, help="Run every measured cell this many times "
+                                                                   "(replaces the suite's repeat).")] = None,
 ) -> None:
     """Queue a suite on a host's device(s); prints the run id."""
     import time as _time
     from datetime import datetime
 
     from labcontract.errors import Problem, SubmissionError
+    from labcontract.suite import repeat_problems
     from labcontract.transport import redis_client
     from labcontract.units import parse_duration
     from labcontract.when import parse_when
@@ -200,7 +221,7 @@ def submit(
             raise SubmissionError(suite_ref, [Problem("--wait", "not through --api: follow the run's page")])
         apicmds.submit(api_, suite_ref, host or "", devices, initiators=initiators, runtime=runtime, scale=scale,
                        live=live, priority=priority, not_before=not_before, expires_at=expires_at,
-                       max_rounds=max_rounds)
+                       max_rounds=max_rounds, repeat=repeat)
         return
     try:
         suite = check_submission(suite_ref, host or "", devices, _sessions(), initiators)
@@ -210,11 +231,12 @@ def submit(
         problems.append(Problem("--host", "required (the host whose DUTs the suite runs on)"))
     if max_rounds is not None and suite.phases.precondition is None:
         problems.append(Problem("--max-rounds", f"suite {suite.name} has no precondition phase to cap"))
+    problems += repeat_problems(suite, repeat)
     if problems:
         raise SubmissionError(suite.source, problems)
     run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(
         suite, host or "", devices, runtime, scale, live, priority=priority, not_before=not_before,
-        expires_at=expires_at, initiators=initiators, max_rounds=max_rounds)
+        expires_at=expires_at, initiators=initiators, max_rounds=max_rounds, repeat=repeat)
     if reply is None:
         print("warning: the controller has not answered yet; the submission waits in the broker",
               file=sys.stderr)

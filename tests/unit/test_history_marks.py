@@ -97,3 +97,20 @@ def test_the_run_page_marks_the_regressed_step(store: tuple[str, sessionmaker[Se
         ok = page("n05")
         assert "regressed" not in ok and "no regression against its 11-run history" in ok
         assert "history too short: 3 runs" in page("new2")
+
+
+def test_the_run_page_cache_keeps_a_history_for_its_ttl_and_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator import runhistory
+
+    calls: list[str] = []
+    monkeypatch.setattr(runhistory, "run_history", lambda s, rid: calls.append(rid) or None)
+    now = [0.0]
+    cache = runhistory.HistoryCache(ttl_s=30, max_entries=2, clock=lambda: now[0])
+    for rid in ("a", "a", "b", "c"):
+        cache.get(None, rid)  # type: ignore[arg-type]
+    assert calls == ["a", "b", "c"]
+    cache.get(None, "a")  # type: ignore[arg-type]       # "a" was the oldest of three: gone
+    assert calls[-1] == "a"
+    now[0] = 31.0
+    cache.get(None, "c")  # type: ignore[arg-type]
+    assert calls == ["a", "b", "c", "a", "c"]

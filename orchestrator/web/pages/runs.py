@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from labcontract.errors import InputError, Problem
 from labcontract.protocol import Cancel, Message, Pause, Rerun, Resume
+from orchestrator.runhistory import HistoryCache
 from orchestrator.states import RunState
 from orchestrator.web import queries
 from orchestrator.web.auth import Principal, require
@@ -66,16 +67,17 @@ def runs(request: Request, state: Text = "", suite: Text = "", host: Text = "", 
                   next_qs=qs(filters, before=nxt) if nxt else None, first_qs=qs(filters) if before else None)
 
 
+HISTORIES = HistoryCache()
+
+
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, run_id: RunId,
              done: Literal["cancel", "pause", "resume", "rerun"] | None = None) -> HTMLResponse:
     need(request, "viewer")
-    from orchestrator.runhistory import run_history
-
     with request.app.state.web.sessions() as s:
         run = queries.run_dict(s, run_id)
         ended = run["state"] not in ACTIVE
-        hist = run_history(s, run_id) if ended else None      # its cells against their history (issue 16)
+        hist = HISTORIES.get(s, run_id) if ended else None      # its cells against their history (issue 16)
     marks = hist.step_marks((st["id"], st["kind"], st["cell"]) for st in run["steps"]) if hist else {}
     rerunnable = ended and any(st["state"] in ("FAILED", "CANCELLED", "LOST") for st in run["steps"])
     return render(request, "run.html", run=run, ended=ended, active=not ended, rerunnable=rerunnable,
