@@ -1,27 +1,23 @@
-"""Host facts and device-under-test declarations, read from the running system.
+"""Host facts and device-under-test declarations, read from the running system through its platform.
 
-Everything here is read from ``/proc``, ``/sys``, ``/etc/os-release`` and the
-``/dev/disk/by-id`` symlinks (plus ``fio --version``). Nothing ever opens a block device:
-the only thing done to a device node is ``stat()``.
-
-``sys_root`` (default ``/``) is prepended to every one of those paths so that tests can
-point the collectors at a fake tree. Paths *reported* (``/dev/nvme0n1``,
-``/dev/disk/by-id/...``) are always the paths as seen on the host, never prefixed.
+What the facts are read from is the platform's (:mod:`agents.platform`): on Linux ``/proc``, ``/sys``,
+``/etc/os-release`` and the ``/dev/disk/by-id`` symlinks (:mod:`agents.platform.linux_sysfs`, nothing ever
+opens a block device), on Windows PowerShell/CIM (:mod:`agents.platform.windows`). This module keeps what
+is the same everywhere (``fio --version``, the ``--dut NAME=PATH`` syntax) and the entry points the agent and
+its tests call. ``sys_root`` (Linux only, default ``/``) points the Linux readers at a fake tree.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shlex
-import socket
-import stat
-import subprocess
+import sys
 from collections.abc import Sequence
 
-from agents.hwfacts import block_driver, cpu_sockets, dmi_facts, storage_controllers
+from agents.platform import Platform, current
+from agents.platform.common import fio_version
+from agents.platform.linux_sysfs import BY_ID_DIR
 from labcontract.errors import ConfigError
-from labcontract.facts import DUT_PATH, BlockDevice, DeclaredDut, HostFacts
+from labcontract.facts import BlockDevice, DeclaredDut, HostFacts
 
 __all__ = [
     "BY_ID_DIR",
@@ -31,279 +27,30 @@ __all__ = [
     "list_block_devices",
 ]
 
-BY_ID_DIR = "/dev/disk/by-id"
-SECTOR_BYTES = 512                    # /sys/block/*/size is always in 512-byte sectors
-FIO_VERSION_TIMEOUT = 10.0            # seconds
-_SKIPPED_PREFIXES = ("ram", "zram")   # RAM disks are never devices under test
-_MAX_LINK_HOPS = 8
 _DUT_SOURCE = "--dut"
 
 
-# --------------------------------------------------------------------------- file helpers
+def _platform(sys_root: str = "/", lspci: str | None = "lspci") -> Platform:
+    """The running platform; on Linux, one reading under ``sys_root`` (tests) with ``lspci``."""
+    if (sys_root == "/" and lspci == "lspci") or not sys.platform.startswith("linux"):
+        return current()
+    from agents.platform.linux import LinuxPlatform
 
-
-def _under(sys_root: str, path: str) -> str:
-    """``path`` (absolute, as on the host) inside ``sys_root``."""
-    return os.path.join(sys_root, path.lstrip("/"))
-
-
-def _read_bytes(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except (OSError, ValueError):
-        return None
-
-
-def _read_text(path: str) -> str | None:
-    data = _read_bytes(path)
-    return None if data is None else data.decode("utf-8", errors="replace")
-
-
-def _read_attr(path: str) -> str | None:
-    """A sysfs attribute, stripped of whitespace and NULs; ``None`` if missing or empty."""
-    text = _read_text(path)
-    if text is None:
-        return None
-    text = text.strip().strip("\x00").strip()
-    return text or None
-
-
-def _read_int(path: str) -> int | None:
-    text = _read_attr(path)
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _first_attr(*paths: str) -> str | None:
-    for path in paths:
-        value = _read_attr(path)
-        if value is not None:
-            return value
-    return None
-
-
-# --------------------------------------------------------------------------- host facts
-
-
-def _parse_cpuinfo(text: str) -> tuple[str | None, int, int]:
-    """``(model name, logical processors, physical cores)`` from /proc/cpuinfo text.
-
-    Physical cores are the distinct ``(physical id, core id)`` pairs; 0 when the file does
-    not say (some architectures and hypervisors omit them).
-    """
-    model: str | None = None
-    processors = 0
-    cores: set[tuple[str, str]] = set()
-    for block in re.split(r"\n\s*\n", text):
-        fields: dict[str, str] = {}
-        for line in block.splitlines():
-            key, sep, value = line.partition(":")
-            if sep:
-                fields.setdefault(key.strip().lower(), value.strip())
-        if fields.get("processor", "").isdigit():
-            processors += 1
-            if "core id" in fields:
-                cores.add((fields.get("physical id", ""), fields["core id"]))
-        if model is None and fields.get("model name"):
-            model = fields["model name"]
-    return model, processors, len(cores)
-
-
-def _parse_meminfo_total(text: str) -> int | None:
-    match = re.search(r"^MemTotal:\s*(\d+)\s*(\w+)?", text, re.MULTILINE)
-    if match is None:
-        return None
-    amount = int(match.group(1))
-    unit = (match.group(2) or "").lower()
-    return amount * 1024 if unit == "kb" else amount
-
-
-def _parse_os_release(text: str) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, raw = line.partition("=")
-        try:
-            words = shlex.split(raw)
-            value = " ".join(words)
-        except ValueError:
-            value = raw.strip().strip("\"'")
-        values[key.strip()] = value
-    return values
-
-
-def _os_pretty_name(sys_root: str) -> str | None:
-    for candidate in ("/etc/os-release", "/usr/lib/os-release"):
-        text = _read_text(_under(sys_root, candidate))
-        if text is None:
-            continue
-        values = _parse_os_release(text)
-        return values.get("PRETTY_NAME") or values.get("NAME") or None
-    return None
-
-
-def fio_version(fio_binary: str = "fio") -> str | None:
-    """``fio --version`` stripped (``"fio-3.33"``); ``None`` if fio is missing or fails."""
-    try:
-        proc = subprocess.run(
-            [fio_binary, "--version"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=FIO_VERSION_TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if proc.returncode != 0:
-        return None
-    lines = proc.stdout.strip().splitlines()
-    return lines[0].strip() if lines else None
+    return LinuxPlatform(sys_root=sys_root, lspci=lspci)
 
 
 def collect_host_facts(
     *, hostname: str | None = None, fio_binary: str = "fio", sys_root: str = "/", lspci: str | None = "lspci"
 ) -> HostFacts:
-    """The facts an agent registers with: CPU, memory, kernel, OS, fio, block devices, and the platform a
-    review lists (DMI server/board/BIOS, sockets, PCI storage controllers: :mod:`agents.hwfacts`)."""
-    cpuinfo = _read_text(_under(sys_root, "/proc/cpuinfo")) or ""
-    cpu_model, processors, cores = _parse_cpuinfo(cpuinfo)
-    threads = processors or os.cpu_count()
-    meminfo = _read_text(_under(sys_root, "/proc/meminfo"))
-    return HostFacts(
-        hostname=hostname if hostname is not None else socket.gethostname(),
-        cpu_model=cpu_model,
-        cpu_threads=threads,
-        cpu_cores=cores or threads,
-        memory_bytes=_parse_meminfo_total(meminfo) if meminfo is not None else None,
-        kernel=os.uname().release,
-        os=_os_pretty_name(sys_root),
-        fio_version=fio_version(fio_binary),
-        block_devices=list_block_devices(sys_root),
-        cpu_sockets=cpu_sockets(cpuinfo, sys_root),
-        storage_controllers=storage_controllers(sys_root, lspci=lspci),
-        **dmi_facts(sys_root),
-    )
-
-
-# --------------------------------------------------------------------------- block devices
-
-
-def _natural_key(name: str) -> list[tuple[int, int | str]]:
-    """Sort key putting ``loop2`` before ``loop10``."""
-    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part]
-
-
-def _resolve_link(path: str, sys_root: str) -> str | None:
-    """Where the host symlink ``path`` leads, resolved on the host's path space.
-
-    Links are read inside ``sys_root`` but resolved against the host path (so a by-id
-    link ``../../nvme0n1`` gives ``/dev/nvme0n1``, even in a fake tree where that node
-    does not exist). ``None`` if ``path`` is not a symlink or loops.
-    """
-    current = path
-    for hops in range(_MAX_LINK_HOPS + 1):
-        real = _under(sys_root, current)
-        if not os.path.islink(real):
-            return current if hops else None
-        try:
-            target = os.readlink(real)
-        except OSError:
-            return None
-        current = os.path.normpath(os.path.join(os.path.dirname(current), target))
-    return None
-
-
-def _by_id_index(sys_root: str) -> dict[str, list[str]]:
-    """Resolved device path -> sorted ``/dev/disk/by-id/*`` links pointing at it."""
-    try:
-        entries = os.listdir(_under(sys_root, BY_ID_DIR))
-    except OSError:
-        return {}
-    index: dict[str, list[str]] = {}
-    for entry in sorted(entries):
-        link = f"{BY_ID_DIR}/{entry}"
-        target = _resolve_link(link, sys_root)
-        if target is not None:
-            index.setdefault(target, []).append(link)
-    return index
-
-
-def _vpd_pg80_serial(path: str) -> str | None:
-    """The unit serial number from a SCSI VPD page 0x80 dump (sysfs ``vpd_pg80``)."""
-    data = _read_bytes(path)
-    if data is None or len(data) < 4 or data[1] != 0x80:
-        return None
-    length = int.from_bytes(data[2:4], "big")
-    serial = data[4 : 4 + length].decode("ascii", errors="replace").strip().strip("\x00").strip()
-    return serial or None
-
-
-def _block_device(
-    name: str, sysdir: str, by_id: dict[str, list[str]], *, kind: str, attr_dir: str | None = None
-) -> BlockDevice:
-    """A :class:`BlockDevice` from its sysfs directory.
-
-    ``attr_dir`` is where the disk-level attributes live (queue/, device/, wwid): the
-    device's own directory for a whole disk, its parent disk's for a partition.
-    """
-    adir = attr_dir or sysdir
-    dev_path = "/dev/" + name.replace("!", "/")   # cciss!c0d0 -> /dev/cciss/c0d0
-    rotational = _read_attr(os.path.join(adir, "queue", "rotational"))
-    return BlockDevice(
-        name=name,
-        path=dev_path,
-        size_bytes=(_read_int(os.path.join(sysdir, "size")) or 0) * SECTOR_BYTES,
-        rotational={"0": False, "1": True}.get(rotational or ""),
-        model=_read_attr(os.path.join(adir, "device", "model")),
-        serial=(
-            _first_attr(os.path.join(adir, "device", "serial"), os.path.join(adir, "serial"))
-            or _vpd_pg80_serial(os.path.join(adir, "device", "vpd_pg80"))
-        ),
-        firmware=_first_attr(
-            os.path.join(adir, "device", "firmware_rev"), os.path.join(adir, "device", "rev")
-        ),
-        wwn=_first_attr(os.path.join(adir, "wwid"), os.path.join(adir, "device", "wwid")),
-        by_id=tuple(sorted(by_id.get(dev_path, ()))),
-        kind=kind,
-        backing_file=_read_attr(os.path.join(sysdir, "loop", "backing_file")) if kind == "loop" else None,
-        **block_driver(adir, name),
-    )
+    """The facts an agent registers with: CPU, memory, kernel, OS (and its family), fio, block devices, and the
+    platform a review lists (server, board, BIOS, sockets, storage controllers)."""
+    return _platform(sys_root, lspci).host_facts(hostname=hostname, fio_binary=fio_binary)
 
 
 def list_block_devices(sys_root: str = "/") -> tuple[BlockDevice, ...]:
-    """Whole block devices from ``/sys/block``, in natural name order.
-
-    RAM disks (``ram*``, ``zram*``) and loop devices with no backing file (unattached)
-    are left out.
-    """
-    block_dir = _under(sys_root, "/sys/block")
-    try:
-        names = os.listdir(block_dir)
-    except OSError:
-        return ()
-    by_id = _by_id_index(sys_root)
-    devices: list[BlockDevice] = []
-    for name in sorted(names, key=_natural_key):
-        if name.startswith(_SKIPPED_PREFIXES):
-            continue
-        kind = "loop" if name.startswith("loop") else "disk"
-        device = _block_device(name, os.path.join(block_dir, name), by_id, kind=kind)
-        if kind == "loop" and device.backing_file is None:
-            continue
-        devices.append(device)
-    return tuple(devices)
-
-
-# --------------------------------------------------------------------------- DUT declarations
+    """Whole block devices, in a stable order (Linux: ``/sys/block`` in natural name order, RAM disks and
+    unattached loop devices left out)."""
+    return _platform(sys_root).block_devices()
 
 
 def _dut_error(spec: str, message: str) -> ConfigError:
@@ -322,107 +69,20 @@ def _parse_spec(spec: str) -> tuple[str, str]:
     if not path:
         raise _dut_error(spec, "empty path; expected NAME=PATH or PATH")
     if not name:
-        name = os.path.basename(path.rstrip("/"))
+        name = os.path.basename(path.replace("\\", "/").rstrip("/"))
         if not name:
             raise _dut_error(spec, f"cannot derive a name from {path!r}; use NAME=PATH")
     return name, path
 
 
-def _sysfs_device_for(st: os.stat_result, sys_root: str, by_id: dict[str, list[str]]) -> BlockDevice | None:
-    """The block device with ``st``'s device number, read via ``/sys/dev/block/MAJ:MIN``."""
-    major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
-    link = _under(sys_root, f"/sys/dev/block/{major}:{minor}")
-    if not os.path.isdir(link):
-        return None
-    sysdir = os.path.realpath(link)
-    name = os.path.basename(sysdir)
-    uevent = _read_text(os.path.join(sysdir, "uevent")) or ""
-    match = re.search(r"^DEVNAME=(\S+)$", uevent, re.MULTILINE)
-    if match:
-        name = match.group(1).replace("/", "!")
-    if os.path.exists(os.path.join(sysdir, "partition")):
-        return _block_device(name, sysdir, by_id, kind="part", attr_dir=os.path.dirname(sysdir))
-    kind = "loop" if name.startswith("loop") else "disk"
-    return _block_device(name, sysdir, by_id, kind=kind)
-
-
 def declare_dut(spec: str, devices: Sequence[BlockDevice], *, sys_root: str = "/") -> DeclaredDut:
     """A device under test from a ``--dut`` value: ``NAME=PATH`` or ``PATH``.
 
-    PATH is a block device (``/dev/sdb``, or a ``/dev/disk/by-id`` link, resolved) or a
-    regular file (a file-backed DUT). Block-device details come from the matching entry
-    of ``devices`` (see :func:`list_block_devices`) or, failing that, from sysfs.
-    ``sys_root`` applies to the sysfs and by-id lookups only; PATH itself is the real path.
-
-    Raises :class:`ConfigError` (source ``--dut``) for anything that is not a usable
-    non-empty block device or regular file.
+    What PATH may be is the platform's (:meth:`agents.platform.Platform.declare_dut`): on Linux a block device
+    (``/dev/sdb``, or a ``/dev/disk/by-id`` link, resolved) or a regular file (a file-backed DUT); on Windows
+    ``\\\\.\\PhysicalDriveN``. Details come from the matching entry of ``devices`` (see
+    :func:`list_block_devices`) or from the system. Raises :class:`ConfigError` (source ``--dut``) for
+    anything that is not a usable non-empty device or file.
     """
     name, path = _parse_spec(spec)
-    given = os.path.abspath(os.path.expanduser(path))
-    try:
-        st = os.stat(given)
-    except FileNotFoundError:
-        if os.path.islink(given):
-            raise _dut_error(
-                spec, f"{given} is a dangling symlink (-> {os.readlink(given)})"
-            ) from None
-        raise _dut_error(spec, f"{given} does not exist") from None
-    except OSError as exc:
-        raise _dut_error(spec, f"cannot stat {given}: {exc.strerror or exc}") from None
-    resolved = os.path.realpath(given)
-    shown = given if resolved == given else f"{given} (-> {resolved})"
-    if not re.fullmatch(DUT_PATH[1:-1], resolved):
-        raise _dut_error(spec, f"{shown}: a DUT path holds only letters, digits and / _ . : + @ , - "
-                               "(fio's job file and the start message take no other)")
-
-    if stat.S_ISDIR(st.st_mode):
-        raise _dut_error(
-            spec, f"{shown} is a directory; a DUT is a block device or a regular file"
-        )
-    if stat.S_ISCHR(st.st_mode):
-        hint = ""
-        if re.fullmatch(r"/dev/nvme\d+", resolved):
-            hint = f" ({resolved} is an NVMe controller; declare a namespace such as {resolved}n1)"
-        elif re.fullmatch(r"/dev/(sg|bsg/)\S+", resolved):
-            hint = " (a SCSI generic node; declare the /dev/sd* block device instead)"
-        raise _dut_error(spec, f"{shown} is a character device, not a block device{hint}")
-    if stat.S_ISREG(st.st_mode):
-        if st.st_size == 0:
-            raise _dut_error(
-                spec,
-                f"{shown} is an empty file; a file-backed DUT must be preallocated "
-                "(e.g. truncate -s 4G or fallocate -l 4G)",
-            )
-        return DeclaredDut(name=name, path=resolved, kind="file", size_bytes=st.st_size)
-    if not stat.S_ISBLK(st.st_mode):
-        raise _dut_error(spec, f"{shown} is neither a block device nor a regular file")
-
-    device = next(
-        (d for d in devices if d.path == resolved or os.path.realpath(d.path) == resolved), None
-    )
-    if device is None:
-        device = _sysfs_device_for(st, sys_root, _by_id_index(sys_root))
-    if device is None:
-        raise _dut_error(
-            spec,
-            f"{shown} is a block device but its size is unknown "
-            f"(no sysfs entry for {os.major(st.st_rdev)}:{os.minor(st.st_rdev)})",
-        )
-    if device.size_bytes <= 0:
-        raise _dut_error(
-            spec, f"{shown} has size 0 (an unattached loop device, or no medium present)"
-        )
-    if given.startswith(BY_ID_DIR + "/"):
-        by_id: str | None = given
-    else:
-        by_id = device.by_id[0] if device.by_id else None
-    return DeclaredDut(
-        name=name,
-        path=resolved,
-        kind="block",
-        size_bytes=device.size_bytes,
-        model=device.model,
-        serial=device.serial,
-        firmware=device.firmware,
-        by_id=by_id,
-    )
+    return _platform(sys_root).declare_dut(name, path, devices, spec=spec)

@@ -1,28 +1,23 @@
 """The agent's health checks, sent with heartbeats (the controller counts them; see
 ``orchestrator.health``): the agent's own self-test, every DUT present and reading back the same
-identity, and SMART / NVMe critical warnings clear where the tools are installed."""
+identity, and SMART / NVMe critical warnings (Windows: the disk's health status and reliability counters)
+clear where the host can tell. How a DUT and its SMART state are read is the platform's
+(:meth:`agents.platform.Platform.device_checks`, :meth:`agents.platform.Platform.smart_check`)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from labcontract.errors import ConfigError
+from agents.platform import Run, current
+from agents.platform.linux import nvme_critical_warning, smartctl_health
 from labcontract.facts import DeclaredDut
 from labcontract.protocol import HealthCheck
 
-from .facts import declare_dut
-
-Run = Callable[[list[str]], subprocess.CompletedProcess[str]]
-TOOL_TIMEOUT_S = 20
-
-
-def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
+__all__ = ["Run", "device_checks", "nvme_critical_warning", "run_checks", "self_test", "smart_check",
+           "smartctl_health"]
 
 
 def self_test(host: str, state_dir: Path, fio_binary: str) -> HealthCheck:
@@ -45,58 +40,15 @@ def self_test(host: str, state_dir: Path, fio_binary: str) -> HealthCheck:
 
 def device_checks(dut: DeclaredDut) -> list[HealthCheck]:
     """The DUT is there (a block device with a size, or the file) with the size it was declared with, and
-    reads back its serial. A size of its own is the one identity a loop device or a file has: the loop
-    number a DUT left may be taken at once by another process's file, and that is not the DUT."""
-    try:
-        now = declare_dut(dut.path, ())
-    except ConfigError as e:
-        return [HealthCheck(check="present", target=dut.path, ok=False, detail=e.message)]
-    if dut.size_bytes and now.size_bytes != dut.size_bytes:
-        return [HealthCheck(check="present", target=dut.path, ok=False,
-                            detail=f"{dut.path} has size {now.size_bytes} bytes; declared with {dut.size_bytes} "
-                                   "(another device on its path?)")]
-    checks = [HealthCheck(check="present", target=dut.path, ok=True, detail=f"{now.size_bytes} bytes")]
-    if dut.kind == "block":
-        checks.append(HealthCheck(check="serial", target=dut.path, ok=True, detail=now.serial or "no serial",
-                                  observed=now.serial))
-    return checks
+    reads back its serial (:func:`agents.platform.common.device_checks`)."""
+    return current().device_checks(dut)
 
 
-def nvme_critical_warning(text: str) -> tuple[bool, str]:
-    """``nvme smart-log DEV -o json`` -> (clear?, detail)."""
-    data = json.loads(text)
-    warn = int(data.get("critical_warning", 0))
-    spare, used = data.get("avail_spare"), data.get("percent_used")
-    detail = f"critical_warning=0x{warn:02x} avail_spare={spare}% percent_used={used}%"
-    return warn == 0, detail
-
-
-def smartctl_health(text: str) -> tuple[bool, str]:
-    """``smartctl -H -j DEV`` -> (passed?, detail)."""
-    data = json.loads(text)
-    passed = bool(data.get("smart_status", {}).get("passed", False))
-    return passed, "SMART overall-health " + ("PASSED" if passed else "FAILED")
-
-
-def smart_check(dut: DeclaredDut, run: Run = _run) -> HealthCheck | None:
-    """NVMe smart-log or smartctl health for a block DUT whose tool is installed; None otherwise."""
-    if dut.kind != "block" or os.path.basename(dut.path).startswith(("loop", "ram", "zram")):
-        return None
-    if "nvme" in os.path.basename(dut.path) and shutil.which("nvme"):
-        cmd, judge = ["nvme", "smart-log", dut.path, "-o", "json"], nvme_critical_warning
-    elif shutil.which("smartctl"):
-        cmd, judge = ["smartctl", "-H", "-j", dut.path], smartctl_health
-    else:
-        return None
-    try:
-        proc = run(cmd)
-        if os.geteuid() != 0 and proc.returncode & (0b110 if cmd[0] == "smartctl" else ~0):
-            # an unprivileged agent: the SMART/admin passthrough needs root; not a failing device
-            return HealthCheck(check="smart", target=dut.path, ok=True, detail="unknown (needs root)")
-        ok, detail = judge(proc.stdout)
-    except (OSError, subprocess.TimeoutExpired, ValueError) as e:
-        return HealthCheck(check="smart", target=dut.path, ok=False, detail=f"{' '.join(cmd)}: {e}")
-    return HealthCheck(check="smart", target=dut.path, ok=ok, detail=detail)
+def smart_check(dut: DeclaredDut, run: Run | None = None) -> HealthCheck | None:
+    """The platform's SMART / reliability check of a block DUT (its host commands through ``run`` when
+    given); None when the host has no way to tell."""
+    platform = current() if run is None else current().with_run(run)
+    return platform.smart_check(dut)
 
 
 def run_checks(host: str, state_dir: Path, fio_binary: str, duts: Sequence[DeclaredDut]) -> tuple[HealthCheck, ...]:

@@ -20,14 +20,15 @@ Layout under the agent's state directory::
 What an action writes and launches, which files go back and what is released after it is its step kind's
 (:mod:`agents.kinds`); the runner only runs it.
 
-The process runs under a tiny ``sh`` wrapper in its own session (so it survives an agent restart);
+The process runs under a tiny wrapper in its own session (so it survives an agent restart);
 the wrapper records fio's exit code, which lets a restarted agent report the result of a
-fio that finished while it was away.
+fio that finished while it was away. How it is started, recognised again (pid + start time) and ended is
+the platform's (:mod:`agents.platform`: an ``sh`` wrapper and a session on Linux, a Python wrapper in a
+detached process group on Windows).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -47,6 +48,7 @@ from agents.kinds import Host, StepKind, Targets, same_device
 from agents.kinds.fio import CheckedJob, checked_job
 from agents.kinds.net import net_spec
 from agents.kinds.purge import purge_script
+from agents.platform import Platform, current
 from labcontract.errors import FioError, LabError
 from labcontract.facts import DeclaredDut, NetPathDecl
 from labcontract.protocol import ARTIFACT_MAX_BYTES, Artifact, StartStep, StepEnded
@@ -56,7 +58,6 @@ log = logging.getLogger(__name__)
 __all__ = ["ARTIFACTS", "Attempt", "CheckedJob", "FioRunner", "checked_job", "net_spec", "purge_script",
            "same_device"]
 
-_WRAPPER = '"$@" >fio.stdout 2>fio.stderr; echo $? >rc.tmp; mv rc.tmp rc'
 STDERR_TAIL_BYTES = 1 << 20      # fio.stderr (and a kind's other tails) is sent as its last MiB
 
 
@@ -69,22 +70,7 @@ SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 def boot_id() -> str:
     """This boot's id: monotonic clock readings are comparable only within one boot."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _proc_start_ticks(pid: int) -> int | None:
-    """Start time of a process (clock ticks since boot), or None if it is gone or a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
+    return current().boot_id()
 
 
 @dataclass
@@ -120,16 +106,18 @@ class Attempt:
 
     def alive(self) -> bool:
         st = self.state()
-        pid, ticks = st.get("pid"), st.get("start_ticks")
+        pid, ticks = st.get("pid"), st.get("start_ticks")    # "start_ticks": the platform's start token
         if not isinstance(pid, int):
             return False
-        return ticks is not None and _proc_start_ticks(pid) == ticks
+        return ticks is not None and current().alive(pid, ticks)
 
 
 class FioRunner:
     """Owns the attempts directory. Not thread-safe: the agent serialises calls."""
 
-    def __init__(self, state_dir: Path, fio_binary: str = "fio", on_exit: Callable[[], None] | None = None) -> None:
+    def __init__(self, state_dir: Path, fio_binary: str = "fio", on_exit: Callable[[], None] | None = None,
+                 platform: Platform | None = None) -> None:
+        self.platform = platform or current()
         self.root = state_dir / "attempts"
         self.root.mkdir(parents=True, exist_ok=True)
         self.state_dir = state_dir
@@ -191,11 +179,9 @@ class FioRunner:
         tmp.rename(path)   # the attempt exists from here on: a redelivered start is a no-op
         attempt = Attempt(msg.attempt_id, path)
         try:
-            proc = subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, "lab-step", *argv],
-                cwd=path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-                env={**os.environ, "PATH": f"{Path(self.fio).parent}:{os.environ.get('PATH', '')}"},
+            proc = self.platform.start_detached(
+                argv, cwd=path,
+                env={**os.environ, "PATH": f"{Path(self.fio).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
             )
         except OSError as e:
             (path / "rc").write_text("127\n")
@@ -206,8 +192,8 @@ class FioRunner:
         if self.on_exit is not None:
             notify = self.on_exit
             threading.Thread(target=lambda: (proc.wait(), notify()), name=f"wait-{proc.pid}", daemon=True).start()
-        state = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": _proc_start_ticks(proc.pid),
-                 "launched_at": launched, "launched_mono": launched_mono, "boot_id": boot_id(),
+        state = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": self.platform.start_token(proc.pid),
+                 "launched_at": launched, "launched_mono": launched_mono, "boot_id": self.platform.boot_id(),
                  "timeout_s": msg.timeout_s, "deadline": launched + msg.timeout_s,
                  "job_sha256": hashlib.sha256(job.encode()).hexdigest(),
                  "action": kind.action, "command_version": kind.command_version}
@@ -224,23 +210,26 @@ class FioRunner:
         return attempt.alive()
 
     def signal(self, attempt: Attempt, sig: int) -> None:
+        """End the attempt's process group: at once for SIGKILL, else asking it to (the platform's way)."""
+        self._end(attempt, force=sig == getattr(signal, "SIGKILL", -1))
+
+    def _end(self, attempt: Attempt, *, force: bool) -> None:
         st = attempt.state()
         pgid = st.get("pgid")
         if isinstance(pgid, int) and self.running(attempt):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, sig)
+            (self.platform.kill if force else self.platform.terminate)(pgid, st.get("start_ticks"))
 
     def stop(self, attempt: Attempt, reason: str, *, timeout: bool = False) -> None:
         """Stop fio (SIGTERM, then SIGKILL after a grace period) and mark why (a timeout, or a cancel)."""
         if timeout:
             attempt.file("timeout").write_text(reason + "\n")
         attempt.file("cancelled").write_text(reason + "\n")
-        self.signal(attempt, signal.SIGTERM)
+        self._end(attempt, force=False)
         deadline = time.monotonic() + KILL_GRACE_S
         while self.running(attempt) and time.monotonic() < deadline:
             time.sleep(0.05)
         if self.running(attempt):
-            self.signal(attempt, signal.SIGKILL)
+            self._end(attempt, force=True)
         deadline = time.monotonic() + KILL_GRACE_S
         while self.running(attempt) and time.monotonic() < deadline:
             time.sleep(0.05)

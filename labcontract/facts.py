@@ -81,7 +81,10 @@ class HostFacts(BaseModel):
     cpu_threads: int | None = None      # logical CPUs
     memory_bytes: int | None = None
     kernel: str | None = None
-    os: str | None = None               # PRETTY_NAME of /etc/os-release
+    os: str | None = None               # PRETTY_NAME of /etc/os-release; Win32_OperatingSystem.Caption on Windows
+    # optional (issue 17; older agents send none, older controllers ignore it): which agent platform read these
+    # facts, so that reports and comparisons tell a Linux run from a Windows run on the same hardware
+    os_family: Literal["linux", "windows"] | None = None
     fio_version: str | None = None      # "fio-3.33"
     block_devices: tuple[BlockDevice, ...] = ()
     metrics_address: str | None = None  # "host:port" of the agent's Prometheus exporter, as reachable
