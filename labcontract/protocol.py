@@ -392,7 +392,8 @@ class Submit(Message):
     not_before: StartFloat | None = None   # epoch seconds
     expires_at: StartFloat | None = None   # epoch seconds: expire if not started by then
     max_rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS_CAP)] | None = None   # caps the suite's precondition
-    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT)] | None = None   # replaces the suite's repeat
+    # replaces the suite's repeat; strict: a true or "3" is refused, never read as a count
+    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT, strict=True)] | None = None
     actor: Actor | None = None
     reply_to: ReplyTo
 

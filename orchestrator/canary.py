@@ -42,6 +42,7 @@ from orchestrator.queries import RunDetail
 from orchestrator.states import RunState
 from orchestrator.stats.changepoints import min_points
 from orchestrator.stats.history import OUTLIER_SD, THRESHOLD_PCT
+from orchestrator.stats.samples import MAX_FIGURE
 from orchestrator.store.models import Host, Result, Run, Schedule
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def figures(d: RunDetail) -> Figures:
     values: dict[tuple[str, str], list[float]] = {}
     for key, entry in cell_entries(d):
         for metric, v in entry.values.items():
-            if metric in METRICS and v is not None and math.isfinite(v):
+            if metric in METRICS and v is not None and math.isfinite(v) and abs(v) <= MAX_FIGURE:
                 values.setdefault((key_label(key), metric), []).append(float(v))
     return {k: statistics.fmean(v) for k, v in values.items()}
 
@@ -186,6 +187,10 @@ def record(host: Host, device_path: str, verdict: Verdict, now: float, run_id: s
     entries = dict(host.health or {})
     key = f"{CHECK} {device_path}"
     prev = entries.get(key) or {}
+    if verdict.state in ("too short", "no figures") and int(prev.get("fails", 0)) > 0:
+        # a run that judged nothing (a --runtime/--scale or edited text of the suite: another history, or any
+        # suite named canary) never clears a drift: only a canary judged ok does (red team)
+        return None
     fails = int(prev.get("fails", 0)) + 1 if verdict.flagged else 0
     entries[key] = {"fails": fails, "detail": verdict.detail, "at": now, "observed": run_id}
     host.health = entries

@@ -38,14 +38,25 @@ def hosts_of(run: Run) -> list[str]:
     return [run.host]
 
 
-def net_problems(s: Session, suite: Suite, target: str | None, initiators: Sequence[str]) -> list[Problem]:
-    """A network submission: a target and at least one initiator, all registered, each declaring every
-    path the suite names (and, on an initiator, the target's address on it)."""
+def net_problems(s: Session, suite: Suite, target: str | None, initiators: Sequence[str],
+                 repeat: int | None = None) -> list[Problem]:
+    """A network submission: a target and at least one initiator, all registered, each named once, each
+    declaring every path the suite names (and, on an initiator, the target's address on it); its steps (a step
+    per host, cell and repeat: ``repeat`` overrides the suite's) within the suite's cell_limit, counted with the
+    initiators given (the suite's own count judges only its own initiators)."""
     net = suite.network
     assert net is not None
     problems = []
     target = target or net.target
     inis = tuple(initiators) or net.initiators
+    twice = sorted({h for h in inis if inis.count(h) > 1})
+    if twice:            # two steps of one host in one cell: refused here, never a store IntegrityError
+        problems.append(Problem("--initiator", f"named more than once: {', '.join(twice)[:200]}"))
+    runs = len(suite.cells) * (repeat or suite.repeat)
+    steps, judged = runs * (1 + len(inis)), runs * (1 + max(len(net.initiators), 1))   # judged: by the suite/--repeat
+    if steps > suite.cell_limit >= judged:
+        problems.append(Problem("--initiator", f"{len(inis)} initiators make {steps} steps, over the suite's "
+                                               f"cell_limit of {suite.cell_limit}"))
     if not target:
         problems.append(Problem("--host", "a network suite needs its target host (network.target or --host)"))
     if not inis:

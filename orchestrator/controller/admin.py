@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from labcontract.protocol import Acknowledge, Reply, Rerun, TokenCreate, TokenRevoke
@@ -26,6 +26,7 @@ from orchestrator.store.models import ApiToken, NetGroup, PreconditionRecord, Re
 
 log = logging.getLogger("orchestrator.controller")
 RERUN_STATES = frozenset({StepState.FAILED, StepState.CANCELLED, StepState.LOST})
+MAX_ACKS = 100_000     # rows of regression_acks (each history query reads them all); past it, Acknowledge is refused
 
 
 def steps_to_rerun(run: Run) -> list[Step]:
@@ -82,9 +83,17 @@ class AdminMixin(ControllerCore):
 
     def acknowledge(self, cmd: Acknowledge, actor: str) -> Reply:
         """Record an acknowledged regression (its id is checked against the history by labctl and the web API,
-        which read the store; here it is only recorded). Acknowledging again keeps the first record."""
+        which read the store; here it is only recorded). Acknowledging again keeps the first record. Any
+        lab:commands writer can name any well-formed id, so the table is bounded (:data:`MAX_ACKS`): past it a
+        new acknowledgement is refused with its reason, never millions of rows read by every history query."""
         with self.sessions.begin() as s:
             if s.get(RegressionAck, cmd.regression_id) is None:
+                if (s.scalar(select(func.count()).select_from(RegressionAck)) or 0) >= MAX_ACKS:
+                    log.warning("acknowledgement of regression %s by %s refused: %d acknowledgements stored",
+                                cmd.regression_id, actor, MAX_ACKS)
+                    return Reply(ok=False, errors=(
+                        f"{MAX_ACKS} regression acknowledgements are stored already: none is added (an operator "
+                        "clears table regression_acks of those no longer wanted)",))
                 s.add(RegressionAck(regression_id=cmd.regression_id, acknowledged_at=self.clock(), actor=actor,
                                     reason=cmd.reason))
                 log.info("regression %s acknowledged by %s", cmd.regression_id, actor)

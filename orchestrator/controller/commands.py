@@ -176,7 +176,7 @@ class CommandsMixin(AdminMixin):
         if suite is not None and suite.network is not None:
             if cmd.devices:
                 problems.append(Problem("--device", "a network suite measures paths, not DUTs: name no device"))
-            problems += netgroups.net_problems(s, suite, cmd.host or None, cmd.initiators)
+            problems += netgroups.net_problems(s, suite, cmd.host or None, cmd.initiators, cmd.repeat)
             return suite, problems
         if suite is None and not cmd.devices and cmd.initiators:
             return suite, problems        # a network suite that does not parse: its problems are the news

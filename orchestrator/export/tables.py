@@ -75,8 +75,8 @@ def _step_head(d: RunDetail, st: Step) -> dict[str, Value]:
     label, dims = _cell(st.cell)
     return {"run": d.run.id, "suite": d.run.suite_name, "host": st.host or d.run.host,
             "devices": _joined(d.run.devices or [d.run.device]), "step": st.name, "kind": st.kind,
-            "round": st.round, "repeat": st.cell.get("repeat"), "cell": label, "dims": dims, "op_mode": st.cell.get("op_mode"),
-            "profile": st.cell.get("profile")}
+            "round": st.round, "repeat": st.cell.get("repeat"), "cell": label, "dims": dims,
+            "op_mode": st.cell.get("op_mode"), "profile": st.cell.get("profile")}
 
 
 def _metrics_figures(m: Mapping[str, Any]) -> dict[str, Value]:

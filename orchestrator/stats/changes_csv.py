@@ -28,6 +28,7 @@ from orchestrator.stats.changepoints import (
 
 MAX_BYTES = 16 * 1024 * 1024  # a history of MAX_POINTS runs is far smaller; refuse anything absurd
 MAX_LISTED = 20  # bad rows listed one by one before "... and N more"
+MAX_VALUE = 1e18  # beyond any IOPS, byte rate or latency in ns
 
 
 def read_value_column(path: Path) -> list[float]:
@@ -70,10 +71,12 @@ def read_value_column(path: Path) -> list[float]:
             except ValueError:
                 why = f"not a number: {field[:40]!r}"
             else:
-                if math.isfinite(v):
-                    values.append(v)
+                if not math.isfinite(v):
+                    why = f"not a finite number: {field[:40]!r}"
+                elif abs(v) > MAX_VALUE:          # 1e308s overflow the detector's sums (an OverflowError)
+                    why = f"out of range: {field[:40]!r} (at most {MAX_VALUE:g} in size)"
                 else:
-                    why = f"not a finite number: {field!r}"
+                    values.append(v)
         if why:
             bad += 1
             if bad <= MAX_LISTED:

@@ -47,6 +47,7 @@ from orchestrator.cells import CellKey, cell_key, key_label
 from orchestrator.queries import RunDetail
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.stats.changepoints import MAX_POINTS, MIN_SIZE, ChangePoint, detect_changes, min_points
+from orchestrator.stats.samples import MAX_FIGURE
 from orchestrator.store.models import Device, NetGroup, RegressionAck, Result, Run, Step
 
 HISTORY_POINTS = min(250, MAX_POINTS)   # a series is judged on its latest runs (a nightly: 8 months)
@@ -252,7 +253,8 @@ def load_series(s: Session, *, host: str | None = None, suite: str | None = None
         sums: dict[tuple[CellKey, str], list[float]] = {}
         for key, values in (net_values.get(run.id, []) if run.network else _values(run)):
             for metric, v in values.items():
-                if metric in wanted and v is not None and math.isfinite(v):
+                # (a non-finite or absurd stored figure is no point, as a missing one: 1e308s overflow)
+                if metric in wanted and v is not None and math.isfinite(v) and abs(v) <= MAX_FIGURE:
                     sums.setdefault((key, metric), []).append(float(v))
         for (key, metric), vals in sums.items():
             ident = SeriesId(run.host, model, firmware, run.suite, key, metric)
@@ -402,10 +404,11 @@ def parse_since(text: str, now: float, where: str = "--since") -> float:
         pass
     try:
         at = datetime.fromisoformat(value)
-    except ValueError:
+        # a local date at the ends of the calendar (0001-01-01) has no epoch seconds: ValueError/OverflowError
+        return (at if at.tzinfo is not None else at.astimezone()).timestamp()
+    except (ValueError, OverflowError, OSError):
         raise InputError(where, [Problem(where, f"{text[:64]!r}: give a duration ago (7d, 12h) or a date "
                                                 "(YYYY-MM-DD[ HH:MM])")]) from None
-    return (at if at.tzinfo is not None else at.astimezone()).timestamp()
 
 
 def history_status(s: Session, *, host: str | None = None) -> HistoryStatus:

@@ -8,6 +8,7 @@ how many of how many planned (``n`` / ``planned``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -15,6 +16,8 @@ from orchestrator.cellmetrics import Metric, cell_entries, metrics_of, run_kind
 from orchestrator.cells import CellKey, key_label
 from orchestrator.queries import RunDetail
 from orchestrator.stats.summary import Summary, summarize
+
+MAX_FIGURE = 1e18    # beyond any IOPS, byte rate or latency in ns; larger stored values are not summarized
 
 
 @dataclass
@@ -48,7 +51,9 @@ def run_samples(d: RunDetail, with_op_mode: bool = False) -> dict[CellKey, CellS
         if entry.step is not None:
             cs.steps.append(entry.step)
         for name, v in entry.values.items():
-            if v is not None:
+            # a stored figure that is not finite or absurd (an agent's fio JSON may say Infinity; 1e308s overflow
+            # the sums) is no value, as a missing one: summarize() refuses it, and a report must still draw
+            if v is not None and math.isfinite(v) and abs(v) <= MAX_FIGURE:
                 cs.values.setdefault(name, []).append(float(v))
     return out
 

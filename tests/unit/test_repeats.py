@@ -35,8 +35,8 @@ profiles:
 """
 
 
-def measures(text: str, **kw: int) -> list[str]:
-    return [p.name for p in plan(parse_suite(text, "s.yaml"), ["/dev/x"], **kw) if p.kind == "measure"]
+def measures(text: str, repeat: int | None = None) -> list[str]:
+    return [p.name for p in plan(parse_suite(text, "s.yaml"), ["/dev/x"], repeat=repeat) if p.kind == "measure"]
 
 
 def test_interleaved_runs_each_precondition_group_once_then_again() -> None:

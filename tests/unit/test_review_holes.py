@@ -131,9 +131,9 @@ def test_the_controller_survives_a_submit_to_such_a_dut(env: Any) -> None:
     from tests.unit.test_controller import SUITE
 
     ctl, disp, _clock, _db = env
-    raw = ('{"v": ' + str(PROTOCOL_VERSION) + ', "type": "register", "host": "h1", "agent_version": "0.1.0", "facts": {"hostname": "h1", '
-           '"fio_version": "fio-3.33"}, "duts": [{"name": "dut1", "path": "/srv/lab dut.img", "kind": "file", '
-           '"size_bytes": 1048576}]}')
+    raw = ('{"v": ' + str(PROTOCOL_VERSION) + ', "type": "register", "host": "h1", "agent_version": "0.1.0", '
+           '"facts": {"hostname": "h1", "fio_version": "fio-3.33"}, "duts": [{"name": "dut1", '
+           '"path": "/srv/lab dut.img", "kind": "file", "size_bytes": 1048576}]}')
     with pytest.raises(ProtocolError, match="duts"):
         decode_event(raw)
     r = ctl.submit(Submit(run_id="r1", suite_source="two.yaml", suite_text=SUITE, host="h1", devices=("dut1",),

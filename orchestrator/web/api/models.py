@@ -192,7 +192,7 @@ class SubmitBody(Closed):
     not_before: Epoch | None = None
     expires_at: Epoch | None = None
     max_rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS_CAP)] | None = None
-    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT)] | None = None
+    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT, strict=True)] | None = None
     live: bool = True
 
 

@@ -4,13 +4,16 @@ service's stream, sent as the caller, like every command of the API; nothing her
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
 
-from labcontract.errors import NotFound
+from labcontract.errors import Busy, NotFound
 from labcontract.protocol import Acknowledge
 from orchestrator.web.api.common import route, store
 from orchestrator.web.api.control import build, send
@@ -18,6 +21,30 @@ from orchestrator.web.api.models import Closed, CommandDone
 
 router = APIRouter(prefix="/api", tags=["regressions"])
 RegressionId = Annotated[str, Path(max_length=64)]
+MAX_READS = 2           # history reads at once (each reads every ended run: seconds at 10,000 runs); beyond: Busy
+WAIT_S = 10.0           # a request waits this long for a slot, holding one of the server's threads
+MAX_WAITING = 2         # requests waiting for a slot; beyond, Busy at once (never the server's pool exhausted)
+_reading = threading.BoundedSemaphore(MAX_READS)
+_waiting = threading.BoundedSemaphore(MAX_WAITING)
+
+
+@contextmanager
+def history_slot() -> Iterator[None]:
+    """A slot to read the run history: a viewer's loop of parallel GET /api/regressions (or an engineer's of
+    acks, each re-reading the history) gets 429 instead of taking every thread of the service (red team)."""
+    if not _reading.acquire(blocking=False):
+        if not _waiting.acquire(blocking=False):
+            raise Busy(f"{MAX_READS} history reads are running and {MAX_WAITING} wait; try again in a few seconds")
+        try:
+            got = _reading.acquire(timeout=WAIT_S)
+        finally:
+            _waiting.release()
+        if not got:
+            raise Busy(f"{MAX_READS} history reads are running; try again in a few seconds")
+    try:
+        yield
+    finally:
+        _reading.release()
 
 
 class RegressionOut(BaseModel):
@@ -62,7 +89,7 @@ def list_regressions(request: Request,
     from orchestrator.stats.history import find_regressions, parse_since
 
     after = parse_since(since, time.time(), "since") if since is not None else None
-    with store(request) as s:
+    with history_slot(), store(request) as s:
         regs, status = find_regressions(s, since=after, host=host, include_acknowledged=all)
     return {"regressions": [r.as_dict() for r in regs], "series": status.series, "too_short": status.too_short,
             "need": status.need}
@@ -77,7 +104,7 @@ def ack(request: Request, regression_id: RegressionId, body: AckBody | None = No
     rid = regression_id.lower()
     if len(rid) != 12 or any(c not in "0123456789abcdef" for c in rid):
         raise NotFound("regression", regression_id[:64])
-    with store(request) as s:
+    with history_slot(), store(request) as s:
         regs, _ = find_regressions(s, include_acknowledged=True)
     match = next((r for r in regs if r.id == rid), None)
     if match is None:

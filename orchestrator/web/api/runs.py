@@ -80,7 +80,7 @@ def series(request: Request, run_id: RunId, step: Annotated[str, Query(min_lengt
 @route(router, "GET", "/runs/{run_id}/export", "viewer", response_class=Response,
        responses={200: {"content": {"text/csv": {}, "application/json": {}}}})
 def export(request: Request, run_id: RunId, format: Literal["csv", "json"] = "csv",
-           table: Literal["results", "devices", "paths", "series", "app_series", "cells", "all"] = "results") -> Response:
+           table: TableName | Literal["all"] = "results") -> Response:
     """The run's tables as ``labctl export`` writes them (csv: one table; json: one or ``all``)."""
     from orchestrator.export import export as write_export
 
