@@ -1,0 +1,247 @@
+"""playbooks/site.yml deploys a whole lab over SSH onto three network-namespace hosts (tests/sshhosts.py): the
+controller host (redis-server with AOF and the lab's ACL users, the controller, the web service, Prometheus with
+the lab's rules and file_sd targets from the inventory, Grafana's provisioning files) and two agent hosts (a file
+DUT each, agent.yml). A suite then runs on each agent through the deployed controller (labctl as the broker's
+user labctl, the deployed password file) and its results are in the deployed store; a second site.yml run
+changes nothing.
+
+The namespace hosts share this machine's root filesystem and have no systemd of their own: every path of the
+inventory is under the host's lab_root, and the daemons run as detached processes with pid files
+(``lab_service_manager: process``, the agent's ``lab_agent_service_mode: script``). The systemd units are the
+same command lines; that path is rendered, not started, by tests/integration/test_site_units.py. No apt task runs
+(the hosts share one dpkg lock): redis-server, prometheus and fio are installed here.
+
+Agents reach the broker on the controller host, and Prometheus the agents, through the root namespace: the
+test turns on IPv4 forwarding on its own veths only (the setting goes with them) and routes the benchmarking
+/20 of the namespace addresses through it. Every daemon is stopped by its pid file at the end (and the
+fixture kills whatever else still runs in the namespaces).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sqlalchemy import select
+
+from orchestrator.labs.lab import free_port, wait_for
+from orchestrator.queries import RunDetail, run_detail
+from orchestrator.states import TERMINAL_RUN
+from orchestrator.store.db import make_engine, sessions
+from orchestrator.store.models import Host
+from tests.conftest import QUICK_SUITE
+from tests.sshhosts import NETWORK, SshHost, SshHosts, running_ssh_hosts
+
+pytestmark = pytest.mark.system
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = ROOT / "playbooks"
+VENV = Path(sys.executable).parent.parent
+
+
+def route_through_root(hosts: SshHosts) -> None:
+    """Namespace to namespace through the root namespace: forwarding on our veths only, a route in each host."""
+    for h in hosts:
+        Path(f"/proc/sys/net/ipv4/conf/{h.veth}/forwarding").write_text("1\n")
+        subprocess.run(["ip", "-n", h.name, "route", "replace", str(NETWORK), "via", h.root_address], check=True)
+
+
+def stop_daemons(hosts: SshHosts) -> None:
+    """SIGKILL every daemon site.yml started, by its pid file (and only while /proc says it is still one of ours)."""
+    for h in hosts:
+        for pidfile in (h.lab_root / "run").glob("*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pidfile.read_text().strip())
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if b"labctl" in cmdline or b"storagelab" in cmdline or b"redis" in cmdline or b"prometheus" in cmdline:
+                    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def site_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHosts]:
+    """Three namespace hosts: the first the controller host, the others agent hosts."""
+    missing = [e for e in ("/usr/bin/redis-server", "/usr/bin/prometheus", "/usr/bin/fio") if not Path(e).exists()]
+    if missing:
+        pytest.fail(f"site.yml's test lab needs redis-server, prometheus and fio (apt): missing {', '.join(missing)}")
+    with running_ssh_hosts(tmp_path_factory.mktemp("site"), n=3) as hosts:
+        try:
+            route_through_root(hosts)
+            yield hosts
+        finally:
+            stop_daemons(hosts)
+
+
+def host_vars(h: SshHost, ports: dict[str, int], *, controller: bool) -> dict[str, Any]:
+    r = h.lab_root
+    common = {"lab_service_manager": "process", "lab_service_run_dir": str(r / "run"),
+              "lab_service_log_dir": str(r / "logs"), "lab_service_script_dir": str(r / "sbin")}
+    if controller:
+        return {**common, "lab_controller_install": False, "lab_controller_venv": str(VENV),
+                "lab_controller_user": "root", "lab_controller_lab_dir": str(r / "lib"),
+                "lab_controller_conf_dir": str(r / "etc"), "lab_controller_metrics_port": ports["controller"],
+                "lab_controller_web_bind": h.address, "lab_controller_web_port": ports["web"],
+                "lab_controller_web_cookie_secure": False,
+                "lab_redis_install": False, "lab_redis_user": "root",
+                "lab_redis_port": ports["redis"], "lab_redis_conf_dir": str(r / "etc"),
+                "lab_redis_secrets_dir": str(r / "etc" / "broker"), "lab_redis_dir": str(r / "redis"),
+                "lab_prometheus_install": False, "lab_prometheus_user": "root",
+                "lab_prometheus_conf_dir": str(r / "etc" / "prometheus"), "lab_prometheus_data_dir": str(r / "prom"),
+                "lab_prometheus_listen": f"{h.address}:{ports['prometheus']}",
+                "lab_grafana_provisioning_dir": str(r / "grafana"), "lab_grafana_dashboards_dir": str(r / "dashboards")}
+    dut = r / "dut0.img"
+    with dut.open("wb") as f:
+        os.posix_fallocate(f.fileno(), 0, 64 << 20)
+    # no apt: the hosts share this machine's one dpkg lock, with each other and with any other test (real hosts
+    # have one each); redis-server, prometheus and fio are installed (tests/integration/test_agent_playbook.py runs
+    # the agent's apt task)
+    return {**common, "lab_packages_install": False, "driver_package": "", "driver_module": "",
+            "io_tuning_udev_rules_file": str(r / "etc" / "60-scheduler.rules"), "io_tuning_udev_reload": False,
+            "io_tuning_sysctl_file": str(r / "etc" / "60-sysctl.conf"), "io_tuning_sysctl_apply": False,
+            "lab_agent_install": False, "lab_agent_venv": str(VENV), "lab_agent_user": "root",
+            "lab_agent_service_mode": "script", "lab_agent_script": str(r / "storagelab-agent-ctl"),
+            "lab_agent_state_dir": str(h.state_dir), "lab_agent_log_dir": str(r / "logs"),
+            "lab_agent_run_dir": str(r / "run"), "lab_agent_unit_dir": str(r / "units"),
+            "lab_agent_udev_rules_file": str(r / "etc" / "60-storagelab.rules"), "lab_agent_udev_reload": False,
+            "lab_agent_stop_timeout": 15, "lab_agent_metrics_port": ports["agent"],
+            "metrics_address": f"{h.address}:{ports['agent']}",
+            "lab_agent_broker_password_file": str(r / "etc" / "broker.pass"),
+            "duts": [{"name": "dut0", "path": str(dut), "kind": "file"}]}
+
+
+def site_inventory(hosts: SshHosts, path: Path, ports: dict[str, int]) -> Path:
+    """The lab inventory: ``controller`` = the first host, ``agents`` = the others (SSH settings of the fixture)."""
+    ctl = hosts[0]
+    hosts.ansible_inventory(path, groups=("all_hosts",),
+                            per_host=lambda h: host_vars(h, ports, controller=h is ctl))
+    hostvars = yaml.safe_load(path.read_text())["all"]["children"]["all_hosts"]["hosts"]
+    children = {"controller": {"hosts": {ctl.name: hostvars[ctl.name]}},
+                "agents": {"hosts": {h.name: hostvars[h.name] for h in hosts if h is not ctl}}}
+    path.write_text(yaml.safe_dump({"all": {"children": children}}, sort_keys=False))
+    return path
+
+
+def site_yml(hosts: SshHosts, inventory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([hosts.ansible_playbook(), "-i", str(inventory), str(PLAYBOOKS / "site.yml")],
+                          env={**hosts.ansible_env(), "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg")},
+                          capture_output=True, text=True, timeout=300, cwd=hosts.root)
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP lines: host -> {ok, changed, unreachable, failed, ...}."""
+    stats = {}
+    for m in re.finditer(r"^(\S+)\s+:\s+(.*)$", output.split("PLAY RECAP", 1)[-1], re.M):
+        stats[m[1]] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m[2])}
+    return stats
+
+
+def changed_tasks(output: str) -> list[str]:
+    """``TASK [...]`` headers followed by a ``changed:`` line (what a second run must not have)."""
+    out, task = [], ""
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith("changed:"):
+            out.append(f"{task} {line}")
+    return out
+
+
+def http_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as res:
+        return json.load(res)
+
+
+def test_site_yml_deploys_a_working_lab_and_runs_twice_without_change(site_hosts: SshHosts, tmp_path: Path) -> None:
+    hosts = site_hosts
+    ctl, agents = hosts[0], list(hosts)[1:]
+    ports = {k: free_port() for k in ("redis", "controller", "web", "prometheus", "agent")}
+    inventory = site_inventory(hosts, tmp_path / "hosts.yml", ports)
+
+    started = time.monotonic()
+    first = site_yml(hosts, inventory)
+    first_s = time.monotonic() - started
+    assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
+    stats = recap(first.stdout)
+    assert set(stats) == {h.name for h in hosts}
+    assert all(s["failed"] == 0 and s["unreachable"] == 0 for s in stats.values()), stats
+
+    # the deployed files: AOF on, the ACL file (hashes only), the rules and the inventory's file_sd targets
+    etc = ctl.lab_root / "etc"
+    conf = (etc / "redis.conf").read_text()
+    assert "appendonly yes" in conf and f"port {ports['redis']}" in conf and f"aclfile {etc}/redis-users.acl" in conf
+    acl = (etc / "redis-users.acl").read_text()
+    assert "user default off" in acl and all(f"user agent-{a.name} on" in acl for a in agents)
+    assert (etc / "redis-users.acl").stat().st_mode & 0o077 == 0
+    targets = json.loads((etc / "prometheus" / "targets" / "agents.json").read_text())
+    assert [(t["targets"], t["labels"]) for t in targets] == [
+        ([f"{a.address}:{ports['agent']}"], {"host": a.name, "groups": ",agents,"}) for a in agents]
+    assert (ctl.lab_root / "grafana" / "datasources" / "storagelab.yml").exists()
+    assert {p.name for p in (ctl.lab_root / "dashboards").glob("*.json")} == {
+        p.name for p in (ROOT / "dashboards").glob("*.json")}
+
+    # both agents registered at the deployed controller, over the network, as their own broker users
+    store = f"sqlite:///{ctl.lab_root / 'lib' / 'store.sqlite'}"
+    maker = sessions(make_engine(store))
+
+    def registered() -> bool:
+        with contextlib.suppress(Exception), maker() as s:
+            names = {h.name for h in s.scalars(select(Host)).all() if h.registered_at}
+            return names >= {a.name for a in agents}
+        return False
+    wait_for(registered, 90, "both deployed agents to register")
+
+    # a suite on each agent through the deployed controller, as the broker's user labctl
+    suite = tmp_path / "quick.yaml"
+    suite.write_text(QUICK_SUITE)
+    labctl = [sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(tmp_path / "cli"),
+              "--broker", f"redis://labctl@{ctl.address}:{ports['redis']}/0",
+              "--broker-password-file", str(etc / "broker" / "labctl.pass"), "--store", store]
+    run_ids = []
+    for a in agents:
+        res = subprocess.run([*labctl, "submit", str(suite), "--host", a.name, "--device", "dut0"],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stdout + res.stderr
+        run_ids.append(res.stdout.split()[-1])
+
+    def ended(run_id: str) -> RunDetail | None:
+        with maker() as s:
+            d = run_detail(s, run_id)
+        return d if d.run.state in TERMINAL_RUN else None
+    for run_id, a in zip(run_ids, agents, strict=True):
+        d = wait_for(lambda r=run_id: ended(r), 120, f"run {run_id} on {a.name} to end", interval=0.2)  # type: ignore[misc]
+        assert isinstance(d, RunDetail)
+        assert d.run.state == "SUCCEEDED", (d.run.reason, [(st.name, st.reason) for st in d.steps])
+        assert len(d.results) == 2 and all(r.iops and r.iops > 0 for r in d.results.values())
+
+    # the web service answers; Prometheus runs the lab's rules and scrapes both agents and the controller
+    with urllib.request.urlopen(f"http://{ctl.address}:{ports['web']}/login", timeout=10) as res:
+        assert res.status == 200
+    prom = f"http://{ctl.address}:{ports['prometheus']}"
+    groups = {g["name"] for g in http_json(f"{prom}/api/v1/rules")["data"]["groups"]}
+    assert groups, "no rule group loaded"
+
+    def all_up() -> bool:
+        active = http_json(f"{prom}/api/v1/targets")["data"]["activeTargets"]
+        return len(active) == len(agents) + 1 and all(t["health"] == "up" for t in active)
+    wait_for(all_up, 60, "Prometheus to scrape both agents and the controller", interval=0.5)
+
+    # a second run changes nothing
+    started = time.monotonic()
+    second = site_yml(hosts, inventory)
+    second_s = time.monotonic() - started
+    assert second.returncode == 0, second.stdout[-6000:] + second.stderr[-3000:]
+    stats = recap(second.stdout)
+    assert set(stats) == {h.name for h in hosts}
+    assert all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), (stats, changed_tasks(second.stdout))
+    print(f"\nFIGURE site.yml over 3 namespace hosts: first run {first_s:.0f}s, second run (no change) {second_s:.0f}s")
