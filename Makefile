@@ -42,6 +42,7 @@ bench: system-test-deps $(VENV)/.installed
 	$(PY) -m bench.report
 	$(PY) -m bench.apps
 	$(PY) -m bench.web
+	$(PY) -m bench.repeatability
 
 system-deps:
 	@scripts/ensure-packages $(DEMO_PKGS)
