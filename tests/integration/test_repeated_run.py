@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import statistics
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ import pytest
 from orchestrator.queries import RunDetail
 from orchestrator.stats.summary import summarize
 from tests.chromium import Chromium
-from tests.chromium import chromium as start_chromium
 from tests.conftest import LabHandle
 
 pytestmark = pytest.mark.integration
@@ -31,12 +29,6 @@ profiles:
     bs: 4k
     ladder: {iodepth: [1, 4]}
 """
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Chromium]:
-    with start_chromium() as c:
-        yield c
 
 
 def _iops(d: RunDetail, iodepth: int) -> list[float]:
