@@ -13,7 +13,7 @@ from labcontract.errors import Problem, SubmissionError
 from labcontract.protocol import Reply, ScheduleAdd, Submit
 from orchestrator.canary import CHECK, QUARANTINE_ACTOR, SUITE, schedule_name
 from orchestrator.labctl.client import ControllerClient, _reply_to
-from orchestrator.labctl.common import State, checked_reply, fails_cleanly, out, sessions_or_fail
+from orchestrator.labctl.common import State, fails_cleanly, out, reply_or_fail, sessions_or_fail
 
 canary_app = typer.Typer(help="A short read-only canary per DUT on a schedule, judged against the DUT's own "
                               "history; a drift flags (optionally quarantines) the device.", no_args_is_help=True)
@@ -55,12 +55,6 @@ def _checked_name(host: str, dev_name: str) -> str:
     return name
 
 
-def _reply_or_fail(reply: Reply | None, source: str) -> None:
-    if reply is not None and not reply.ok:
-        raise SubmissionError(source, [Problem("", e) for e in reply.errors])
-    checked_reply(reply)
-
-
 @canary_app.command("add")
 @fails_cleanly
 def canary_add(
@@ -83,7 +77,7 @@ def canary_add(
                       devices=(device,), priority=priority, actor=QUARANTINE_ACTOR if quarantine else None,
                       reply_to="-")
     reply = CanaryClient(redis_client(State.config.broker_url)).canary_add(name, cron, template)
-    _reply_or_fail(reply, suite.source)
+    reply_or_fail(reply, suite.source)
     print(f"canary {name} added ({cron}{', quarantines on drift' if quarantine else ''})")
 
 
@@ -134,5 +128,5 @@ def canary_remove(
     except SubmissionError:
         dev_name = device          # a DUT no longer declared: its schedule is named after what it was
     name = _checked_name(host, dev_name)
-    _reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
+    reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
     print(f"canary {name} removed")

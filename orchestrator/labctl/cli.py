@@ -17,7 +17,7 @@ from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTunin
 from orchestrator.labctl.apicmds import ApiOptions, api_client
 from orchestrator.labctl.broker import broker_app
 from orchestrator.labctl.canary import canary_app
-from orchestrator.labctl.common import State, checked_reply, fail, fails_cleanly, out
+from orchestrator.labctl.common import State, checked_reply, fail, fails_cleanly, out, reply_or_fail
 from orchestrator.labctl.common import sessions_or_fail as _sessions
 from orchestrator.labctl.hosts import hosts_app
 from orchestrator.labctl.labcmd import lab_app
@@ -465,14 +465,6 @@ schedule_app = typer.Typer(help="Recurring submissions (cron), e.g. a nightly re
 app.add_typer(schedule_app, name="schedule")
 
 
-def _reply_or_fail(reply: Any, source: str) -> None:
-    from labcontract.errors import Problem, SubmissionError
-
-    if reply is not None and not reply.ok:
-        raise SubmissionError(source, [Problem("", e) for e in reply.errors])
-    checked_reply(reply)
-
-
 @schedule_app.command("add")
 @fails_cleanly
 def schedule_add(
@@ -499,7 +491,7 @@ def schedule_add(
         raise _input_error(suite.source, "--expires-after", str(e)) from None
     reply = ControllerClient(redis_client(State.config.broker_url)).schedule_add(
         name, cron, suite, host, device, runtime=runtime, scale=scale, priority=priority, expires_after_s=expires)
-    _reply_or_fail(reply, suite.source)
+    reply_or_fail(reply, suite.source)
     print(f"schedule {name} added")
 
 
@@ -539,7 +531,7 @@ def schedule_rm(name: str) -> None:
     from labcontract.transport import redis_client
     from orchestrator.labctl.client import ControllerClient
 
-    _reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
+    reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
     print(f"schedule {name} removed")
 
 

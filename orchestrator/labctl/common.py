@@ -50,6 +50,15 @@ def checked_reply(reply: Any) -> Any:
     return reply
 
 
+def reply_or_fail(reply: Any, source: str) -> None:
+    """:func:`checked_reply`, a refusal raised as a SubmissionError naming ``source`` with every reason."""
+    from labcontract.errors import Problem, SubmissionError
+
+    if reply is not None and not reply.ok:
+        raise SubmissionError(source, [Problem("", e) for e in reply.errors])
+    checked_reply(reply)
+
+
 def sessions_or_fail(required: bool = True) -> Any:
     from orchestrator.store.db import make_engine, require_schema, sessions
 
