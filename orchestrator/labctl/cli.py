@@ -12,17 +12,19 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from labcontract.errors import LabError
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
+from orchestrator.labctl.analyze import analyze_app
 from orchestrator.labctl.apicmds import ApiOptions, api_client
 from orchestrator.labctl.broker import broker_app
 from orchestrator.labctl.canary import canary_app
-from orchestrator.labctl.common import State, checked_reply, fail, fails_cleanly, out, reply_or_fail
+from orchestrator.labctl.common import SUITE_HELP, State, checked_reply, fail, fails_cleanly, out
 from orchestrator.labctl.common import sessions_or_fail as _sessions
 from orchestrator.labctl.hosts import hosts_app
 from orchestrator.labctl.labcmd import lab_app
+from orchestrator.labctl.prometheus import prometheus_app
 from orchestrator.labctl.regressions import regressions_app
 from orchestrator.labctl.reports import add_report_commands
+from orchestrator.labctl.schedules import schedule_app
 from orchestrator.labctl.tokens import token_app
 
 app = typer.Typer(help="Storage test-lab orchestrator: suites -> runs on lab hosts -> results.",
@@ -37,6 +39,9 @@ app.add_typer(token_app, name="token")
 app.add_typer(lab_app, name="lab")
 app.add_typer(regressions_app, name="regressions")
 app.add_typer(canary_app, name="canary")
+app.add_typer(prometheus_app, name="prometheus")
+app.add_typer(schedule_app, name="schedule")
+app.add_typer(analyze_app, name="analyze")
 add_report_commands(app)   # compare, report, export
 
 
@@ -85,9 +90,6 @@ def main_options(
 
 
 # --- suites -----------------------------------------------------------------------------------
-
-SUITE_HELP = ("Suite YAML file, or the name of a built-in suite (labctl suite list). A bare name such as demo "
-              "is the built-in suite even when a file or folder of that name is here: write ./demo for the file.")
 
 
 @suite_app.command("validate")
@@ -419,159 +421,6 @@ def run_report(run: str) -> None:
 
     with _sessions()() as s:
         print(write_markdown(run_detail(s, run), State.config.report_dir, State.config.artifact_dir))
-
-
-prometheus_app = typer.Typer(help="Prometheus integration.", no_args_is_help=True)
-app.add_typer(prometheus_app, name="prometheus")
-
-
-@prometheus_app.command("targets")
-@fails_cleanly
-def prometheus_targets(
-    out_dir: Annotated[Path, typer.Option("--dir", help="file_sd directory (deploy/prometheus/targets).")]
-    = Path("deploy/prometheus/targets"),
-    controller: Annotated[str | None, typer.Option(help="Controller metrics address host:port.")] = None,
-    inventory: Annotated[Path | None, typer.Option(help="Lab inventory directory: its agents' metrics_address "
-                                                        "(and the controller's) instead of the registered "
-                                                        "agents; the store is not read.")] = None,
-) -> None:
-    """Write Prometheus file_sd targets: every registered agent's metrics address, or every agent of an
-    inventory (labelled host and groups), and the controller's."""
-    from orchestrator.labctl.promtargets import (
-        agent_targets,
-        controller_targets,
-        inventory_controller_address,
-        inventory_targets,
-        write_file_sd,
-    )
-
-    if inventory is not None:
-        from labcontract.inventory import load_inventory
-
-        inv = load_inventory(inventory)
-        agents, source = inventory_targets(inv), f"from the inventory {inventory}"
-        controller = controller or inventory_controller_address(inv)
-    else:
-        with _sessions()() as s:
-            agents, source = agent_targets(s), "registered"
-    write_file_sd(out_dir / "agents.json", agents)
-    print(f"{out_dir / 'agents.json'}: {len(agents)} agent target(s) {source}")
-    if controller:
-        write_file_sd(out_dir / "controller.json", controller_targets(controller))
-        print(f"{out_dir / 'controller.json'}: {controller}")
-
-
-schedule_app = typer.Typer(help="Recurring submissions (cron), e.g. a nightly regression.", no_args_is_help=True)
-app.add_typer(schedule_app, name="schedule")
-
-
-@schedule_app.command("add")
-@fails_cleanly
-def schedule_add(
-    name: Annotated[str, typer.Argument(help="Schedule name.")],
-    suite_ref: Annotated[str, typer.Argument(metavar="SUITE", help=SUITE_HELP)],
-    cron: Annotated[str, typer.Option(help="Cron expression (local time), e.g. '0 22 * * 1-5'.")],
-    host: Annotated[str, typer.Option(help="Host to run on.")],
-    device: Annotated[list[str], typer.Option(help="Declared DUT (repeat for a device group).")],
-    priority: Annotated[int, typer.Option()] = 0,
-    runtime: Annotated[int | None, typer.Option(help="Set every measured cell's runtime (s).")] = None,
-    scale: Annotated[float | None, typer.Option(help="Multiply every duration by this factor.")] = None,
-    expires_after: Annotated[str | None, typer.Option(help="Each run expires if not started this long after "
-                                                           "it fired, e.g. 10h.")] = None,
-) -> None:
-    """Add a schedule: the controller queues the suite each time the cron expression says."""
-    from labcontract.transport import redis_client
-    from labcontract.units import parse_duration
-    from orchestrator.labctl.client import ControllerClient, check_submission
-
-    suite = check_submission(suite_ref, host, device, _sessions())
-    try:
-        expires = parse_duration(expires_after) if expires_after else None
-    except ValueError as e:
-        raise _input_error(suite.source, "--expires-after", str(e)) from None
-    reply = ControllerClient(redis_client(State.config.broker_url)).schedule_add(
-        name, cron, suite, host, device, runtime=runtime, scale=scale, priority=priority, expires_after_s=expires)
-    reply_or_fail(reply, suite.source)
-    print(f"schedule {name} added")
-
-
-def _input_error(source: str, key: str, message: str) -> LabError:
-    from labcontract.errors import Problem, SubmissionError
-
-    return SubmissionError(source, [Problem(key, message)])
-
-
-@schedule_app.command("list")
-@fails_cleanly
-def schedule_list() -> None:
-    """Schedules with their next and last firing."""
-    import time as _time
-
-    from sqlalchemy import select
-
-    from orchestrator.store.models import Schedule
-
-    def when(t: float | None) -> str:
-        return _time.strftime("%Y-%m-%d %H:%M", _time.localtime(t)) if t else "-"
-
-    table = Table("schedule", "cron", "suite", "target", "next", "last", "last run", "last error")
-    with _sessions()() as s:
-        for sch in s.scalars(select(Schedule).order_by(Schedule.name)):
-            sub = sch.submit
-            table.add_row(sch.name, sch.cron, str(sub.get("suite_source")),
-                          f"{sub.get('host')}:{','.join(sub.get('devices', []))}", when(sch.next_fire_at),
-                          when(sch.last_fired_at), sch.last_run_id or "-", sch.last_error[:60])
-    out.print(table)
-
-
-@schedule_app.command("rm")
-@fails_cleanly
-def schedule_rm(name: str) -> None:
-    """Remove a schedule (runs it already queued stay)."""
-    from labcontract.transport import redis_client
-    from orchestrator.labctl.client import ControllerClient
-
-    reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
-    print(f"schedule {name} removed")
-
-
-analyze_app = typer.Typer(help="Analyse series from elsewhere.", no_args_is_help=True)
-app.add_typer(analyze_app, name="analyze")
-
-
-@analyze_app.command("steady-state")
-@fails_cleanly
-def analyze_steady_state(
-    file: Annotated[Path, typer.Argument(help="CSV: one value per round per line (optional header; the last "
-                                              "field of a line is the value).")],
-    window: Annotated[int, typer.Option(help="Rounds in the window.")] = 5,
-    max_range_pct: Annotated[float, typer.Option(help="Range limit, % of the window mean.")] = 20.0,
-    max_excursion_pct: Annotated[float, typer.Option(help="Fitted-line excursion limit, % of mean.")] = 10.0,
-) -> None:
-    """SNIA PTS steady state of a series: prints 'steady at round N' or 'not steady'."""
-    from labcontract.steady import SteadyCriteria
-    from orchestrator.analysis import analyze_steady_state as analyze
-
-    line, verdict = analyze(file, SteadyCriteria(window=window, max_range_pct=max_range_pct,
-                                                 max_excursion_pct=max_excursion_pct))
-    print(line)
-    print(verdict.reason, file=sys.stderr)
-
-
-@analyze_app.command("changes")
-@fails_cleanly
-def analyze_changes(
-    file: Annotated[Path, typer.Argument(help="CSV with a header naming a 'value' column; one row per run, "
-                                              "in time order (other columns are ignored).")],
-) -> None:
-    """Change points of a run history (E-Divisive means): prints 'change at row N: BEFORE -> AFTER'
-    lines (N: the 1-based data row of the first run after the change) or 'no change'."""
-    from orchestrator.stats.changes_csv import analyze_changes_detailed
-
-    lines, how = analyze_changes_detailed(file)
-    for line in lines:
-        print(line)
-    print(how, file=sys.stderr)
 
 
 # --- daemons ------------------------------------------------------------------------------------

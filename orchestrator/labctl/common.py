@@ -17,6 +17,9 @@ from orchestrator.config import LabConfig
 out = Console(width=None if sys.stdout.isatty() else 200)
 F = TypeVar("F", bound=Callable[..., Any])
 
+SUITE_HELP = ("Suite YAML file, or the name of a built-in suite (labctl suite list). A bare name such as demo "
+              "is the built-in suite even when a file or folder of that name is here: write ./demo for the file.")
+
 
 def fail(message: str) -> None:
     """Errors go to stderr unwrapped: first line the reason, then one line per problem."""
