@@ -28,13 +28,12 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Literal
 
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, defer, object_session
 
-from labcontract.protocol import HealthCheck
 from orchestrator import health
 from orchestrator.cellmetrics import cell_entries
 from orchestrator.cells import key_label
@@ -196,9 +195,7 @@ def record(host: Host, device_path: str, verdict: Verdict, now: float, run_id: s
     host.health = entries
     if not (verdict.flagged and quarantine):
         return None
-    # the quarantine path of the agents' checks; "canary" is not an agent check, hence no validation
-    check = HealthCheck.model_construct(check=cast(Any, CHECK), target=device_path, ok=False, detail=verdict.detail)
-    return health._quarantine(host, check, f"canary of run {run_id} drifted: {verdict.detail}", now)
+    return health.quarantine(host, device_path, f"canary of run {run_id} drifted: {verdict.detail}", now)
 
 
 def after_run_end(run: Run, now: float) -> None:

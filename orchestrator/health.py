@@ -57,21 +57,25 @@ def apply(host: Host, checks: Iterable[HealthCheck], now: float, quarantine_afte
         if fails < quarantine_after:
             continue
         reason = f"{check.check} check failed {fails} times in a row: {check.detail}"
-        q = _quarantine(host, check, reason, now)
+        q = quarantine(host, None if check.check == "agent" or check.target == host.name else check.target,
+                       reason, now)
         if q is not None:
             out.append(q)
     host.health = health
     return out
 
 
-def _quarantine(host: Host, check: HealthCheck, reason: str, now: float) -> Quarantined | None:
-    if check.check == "agent" or check.target == host.name:
+def quarantine(host: Host, device_path: str | None, reason: str, now: float) -> Quarantined | None:
+    """Take the host (``device_path`` None) or one of its declared DUTs out of scheduling until released;
+    None when it already is, or the path is no DUT of the host. The agents' failed checks and the
+    controller's own (a drifted canary) come here."""
+    if device_path is None:
         if host.quarantined_at is not None:
             return None
         host.quarantined_at, host.quarantine_reason = now, reason
         log.error("host quarantined: %s", reason, extra={"host": host.name})
         return Quarantined(host.name, None, reason)
-    dev = device_of(host, check.target)
+    dev = device_of(host, device_path)
     if dev is None or dev.quarantined_at is not None:
         return None
     dev.quarantined_at, dev.quarantine_reason = now, reason
