@@ -197,6 +197,18 @@ def summary_fields(s: Summary | None) -> dict[str, Any] | None:
             "ci_high": s.ci_high, "cov_pct": s.cov_pct}
 
 
+def run_os(d: RunDetail) -> tuple[str | None, str | None]:
+    """The OS a run measured on, as its results' provenance recorded the host (``os``, ``os_family``: ``linux`` or
+    ``windows``); (None, None) before any result. Compares of one device under Linux and Windows tell them apart
+    by this, not by the host's facts now."""
+    for res in d.results.values():
+        host = (res.provenance or {}).get("host") or {}
+        if isinstance(host, dict) and (host.get("os") or host.get("os_family")):
+            name, family = host.get("os"), host.get("os_family")
+            return (str(name) if name else None, str(family) if family else None)
+    return None, None
+
+
 def _kind(c: Comparison) -> str:
     return "network" if c.network else "application" if c.metrics and c.metrics[0].name == "tps" else "storage"
 
@@ -205,7 +217,8 @@ def as_json(c: Comparison) -> str:
     """The comparison as one JSON document (fields in docs/metrics.md); missing values are null."""
     runs = [{"ref": ref_name(i), "id": d.run.id, "suite": d.run.suite_name, "host": d.run.host,
              "devices": list(d.run.devices or [d.run.device]), "op_modes": op_modes(st.cell for st in d.steps),
-             "state": d.run.state, "partial": c.partial(i)} for i, d in enumerate(c.details)]
+             "state": d.run.state, "partial": c.partial(i), "os": run_os(d)[0], "os_family": run_os(d)[1]}
+            for i, d in enumerate(c.details)]
     diffed = [m for m in c.metrics if m.diff]
     cells = [{"cell": row.label, "key": dict(row.key),
               "runs": [{"run": c.details[i].run.id, "step": e.step, "op_mode": e.op_mode, **e.values,

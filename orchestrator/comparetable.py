@@ -23,7 +23,7 @@ from rich.console import Console
 
 from orchestrator.cellmetrics import HEADLINE, Metric
 from orchestrator.cells import op_modes
-from orchestrator.compare import ALPHA, CANNOT_JUDGE, Comparison, Row, ref_name
+from orchestrator.compare import ALPHA, CANNOT_JUDGE, Comparison, Row, ref_name, run_os
 from orchestrator.stats.significance import test_for
 
 TEST_NAMES = {"welch": "Welch's t-test", "mann-whitney": "Mann-Whitney U"}
@@ -36,7 +36,10 @@ def run_line(c: Comparison, i: int) -> str:
     modes = "/".join(op_modes(st.cell for st in d.steps)) or "-"
     where = (f"{(r.topology or {}).get('target', r.host)} <- {', '.join((r.topology or {}).get('initiators', []))}"
              if c.network else f"{r.host}:{','.join(r.devices or [r.device])}")
-    line = f"{ref_name(i)}: {r.id} (suite {r.suite_name}, {where}, {modes}, {r.state})"
+    os_name = run_os(d)[0]
+    # the OS only when the runs differ in it (one device under Linux and under Windows)
+    on = f", {os_name or 'OS unknown'}" if len({run_os(x)[0] for x in c.details}) > 1 else ""
+    line = f"{ref_name(i)}: {r.id} (suite {r.suite_name}, {where}{on}, {modes}, {r.state})"
     if c.partial(i):
         done = sum(1 for row in c.rows if any(v is not None for v in row.entries[i].values.values()))
         line += f" (partial: {done} of {sum(1 for row in c.rows if row.entries[i].step)} cells measured so far)"

@@ -52,8 +52,10 @@ def step_metrics(iops: float, lat_us: float) -> dict[str, Any]:
 def add_run(s: Session, rid: str, cells: list[tuple[dict[str, Any], Figures | None]], *, suite: str = "demo",
             state: str = "SUCCEEDED", devices: tuple[str, ...] = ("/dev/loop9",), at: float = 1000.0,
             per_device: dict[str, dict[str, Any]] | None = None, series: dict[str, Any] | None = None,
-            kind: str = "measure", topology: dict[str, Any] | None = None, host: str = "h1") -> Run:
-    """A run whose steps are ``cells`` (Step.cell, figures of its result or None: not measured)."""
+            kind: str = "measure", topology: dict[str, Any] | None = None, host: str = "h1",
+            os: tuple[str, str] | None = None) -> Run:
+    """A run whose steps are ``cells`` (Step.cell, figures of its result or None: not measured); ``os``: the
+    (os, os_family) its results' provenance records for the host."""
     run = Run(id=rid, suite_name=suite, suite_source=suite, suite_text="", suite_sha256="ab" * 32, host=host,
               device=devices[0], devices=list(devices), state=state, submitted_at=at, reason="", topology=topology)
     s.add(run)
@@ -73,7 +75,8 @@ def add_run(s: Session, rid: str, cells: list[tuple[dict[str, Any], Figures | No
                       timeout_s=60))
         s.add(Result(attempt_id=f"{st.id}-a1", step_id=st.id, run_id=rid, runtime_ms=2500, fio_version="fio-3.33",
                      metrics={}, per_device=per_device, series=series, created_at=at,
-                     provenance={"devices": devs, "op_mode": cell.get("op_mode", "stock")}, **figs))
+                     provenance={"devices": devs, "op_mode": cell.get("op_mode", "stock"),
+                                 **({"host": {"os": os[0], "os_family": os[1]}} if os else {})}, **figs))
     s.commit()
     return run
 
@@ -143,6 +146,24 @@ def test_stock_meets_hp_cell_by_cell_with_the_difference_in_percent(db: sessionm
     assert "A: r-stock (suite demo, h1:/dev/loop9, stock, SUCCEEDED)" in text
     assert "B: r-hp (suite demo, h1:/dev/loop9, hp:20, SUCCEEDED)" in text
     assert "+25.0%" in text and "-25.0%" in text and "-20.0%" in text and "None" not in text
+
+
+def test_one_device_under_linux_and_under_windows_is_told_apart_by_the_os_its_results_recorded(
+        db: sessionmaker[Session]) -> None:
+    linux = ("Debian GNU/Linux 12 (bookworm)", "linux")
+    windows = ("Microsoft Windows Server 2022 Datacenter", "windows")
+    with db() as s:
+        add_run(s, "r-lin", [(c4k(100), figures(1000.0))], os=linux)
+        add_run(s, "r-win", [(c4k(100), figures(900.0))], os=windows)
+        add_run(s, "r-deb", [(c4k(100), figures(1010.0))], os=linux)
+        mixed, same = compare_runs(s, ["r-lin", "r-win"]), compare_runs(s, ["r-lin", "r-deb"])
+    doc = json.loads(as_json(mixed))
+    assert [(r["os"], r["os_family"]) for r in doc["runs"]] == [linux, windows]
+    assert mixed.rows[0].diff(1, "iops") == pytest.approx(-10.0)
+    text = printed(mixed, width=160)
+    assert "A: r-lin (suite demo, h1:/dev/loop9, Debian GNU/Linux 12 (bookworm), stock, SUCCEEDED)" in text
+    assert "B: r-win (suite demo, h1:/dev/loop9, Microsoft Windows Server 2022 Datacenter, stock, SUCCEEDED)" in text
+    assert "A: r-lin (suite demo, h1:/dev/loop9, stock, SUCCEEDED)" in printed(same), "one OS: not repeated"
 
 
 def test_three_runs_each_against_the_first_and_unmatched_cells_last(db: sessionmaker[Session]) -> None:
