@@ -48,7 +48,11 @@ from labcontract.inventory_values import (
 )
 from labcontract.suite import problems_from
 
-KNOWN_GROUPS = ("controller", "agents", "targets", "initiators")
+KNOWN_GROUPS = ("controller", "agents", "windows_agents", "targets", "initiators")
+WINDOWS_GROUP = "windows_agents"          # Windows agent hosts (playbooks/windows_agent.yml; docs/windows.md)
+# a Windows whole disk: \\.\PhysicalDriveN, //./PhysicalDriveN or PhysicalDriveN; kept as //./PhysicalDriveN,
+# the contract's spelling (agents/platform/windows.py)
+_PHYSICALDRIVE = re.compile(r"^(?:\\\\\.\\|//\./)?PhysicalDrive(\d{1,4})\Z", re.IGNORECASE)
 PurgeMethod = Literal["auto", "nvme_format", "nvme_sanitize", "ata_secure_erase", "blkdiscard", "punch_hole"]
 OpMethod = Literal["auto", "nvme_ns", "ata_hpa", "scsi_resize", "footprint"]
 PURGE_METHODS: tuple[str, ...] = get_args(PurgeMethod)
@@ -65,8 +69,9 @@ class Dut(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: Name
-    kind: Literal["block", "loop", "file"] = "block"
-    path: str                                   # /dev/disk/by-id/... (block), /dev/loopN (loop), file path
+    kind: Literal["block", "loop", "file", "physicaldrive"] = "block"
+    path: str                                   # /dev/disk/by-id/... (block), /dev/loopN (loop), file path,
+                                                # //./PhysicalDriveN (physicaldrive: a Windows host's disk)
     serial: Serial | None = None
     wwn: str | None = None
     model: Annotated[str, Field(pattern=r"^[A-Za-z0-9 ._:+(),/-]{1,128}$")] | None = None
@@ -93,6 +98,8 @@ class Dut(BaseModel):
     @classmethod
     def _path(cls, v: str, info: ValidationInfo) -> str:
         kind = info.data.get("kind", "block")
+        if kind != "physicaldrive" and _PHYSICALDRIVE.match(v):
+            raise ValueError(f"{v!r}: a Windows disk is declared with kind: physicaldrive")
         if kind == "block" and not v.startswith("/dev/disk/by-id/"):
             raise ValueError(f"{v!r}: a block DUT is declared by its /dev/disk/by-id/ path")
         if kind == "block" and (not BY_ID_PATH.match(v) or not DEV_PATH.match(v) or ".." in v):
@@ -104,12 +111,22 @@ class Dut(BaseModel):
             raise ValueError(f"{v!r}: a file DUT needs an absolute path")
         if kind == "file":
             safe_path(v, "a file DUT")
+        if kind == "physicaldrive":
+            m = _PHYSICALDRIVE.match(v)
+            if m is None:
+                raise ValueError(f"{v!r}: a physicaldrive DUT is a Windows disk, \\\\.\\PhysicalDriveN")
+            return f"//./PhysicalDrive{int(m.group(1))}"
         return v
 
     @model_validator(mode="after")
     def _identity(self) -> Dut:
-        if self.kind == "block" and not (self.serial or self.wwn):
-            raise ValueError("a block DUT needs its serial or wwn (stable identity)")
+        if self.kind in ("block", "physicaldrive") and not (self.serial or self.wwn):
+            raise ValueError(f"a {self.kind} DUT needs its serial or wwn (stable identity)")
+        if self.kind == "physicaldrive":
+            linux_only = [k for k in ("nvme_controller", "nsid", "scheduler") if getattr(self, k) is not None]
+            if self.allow or linux_only:
+                raise ValueError(f"{', '.join(['allow'] * bool(self.allow) + linux_only)}: purge, OP modes and I/O "
+                                 "tuning run through Linux tools, not on a Windows disk (docs/windows.md)")
         return self
 
     @property
@@ -410,7 +427,12 @@ def _validate_host(name: str, groups: list[str], merged: _Merged, fallback: Path
     except ValidationError as e:
         problems += [Problem(_where(merged, p.location, fallback), p.message) for p in problems_from(e)]
         return None
-    problems += [Problem(_where(merged, loc, fallback), msg) for loc, msg in _host_checks(hv, "agents" in groups)]
+    if "agents" in groups and WINDOWS_GROUP in groups:
+        problems.append(Problem(str(fallback), f"all.children: host {name} is in agents (Linux) and in "
+                                               f"{WINDOWS_GROUP}: one or the other"))
+    else:
+        problems += [Problem(_where(merged, loc, fallback), msg)
+                     for loc, msg in _host_checks(hv, "agents" in groups, WINDOWS_GROUP in groups)]
     return Host(name=name, groups=tuple(groups), vars=merged.values, duts=hv.duts, nics=hv.nics,
                 ansible_host=hv.ansible_host, metrics_address=hv.metrics_address)
 
@@ -442,12 +464,16 @@ def _duplicate_checks(values: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def _host_checks(hv: HostVars, is_agent: bool) -> list[tuple[str, str]]:
+def _host_checks(hv: HostVars, is_agent: bool, is_windows: bool) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for i, dut in enumerate(hv.duts):
         if dut.wipe_ok and "purge" not in dut.allow and "op_mode" not in dut.allow:
             out.append((f"duts[{i}].wipe_ok", "wipe_ok without any destructive operation in allow"))
-    if is_agent and not hv.duts:
+        if is_windows and dut.kind != "physicaldrive":
+            out.append((f"duts[{i}].kind", f"{dut.kind}: a Windows host's DUT is a physicaldrive (docs/windows.md)"))
+        if not is_windows and dut.kind == "physicaldrive":
+            out.append((f"duts[{i}].kind", f"physicaldrive: a Windows disk, on a host outside {WINDOWS_GROUP}"))
+    if (is_agent or is_windows) and not hv.duts:
         out.append(("duts", "an agent host must declare at least one DUT"))
     return out
 
@@ -480,7 +506,7 @@ def _structure_checks(reader: _Reader, group_files: dict[str, list[Path]], host_
     if len(controllers) != 1:
         reader.problem(reader.root / "hosts.yml", "all.children.controller",
                        f"the lab needs exactly one controller host (got {len(controllers)})")
-    if not _members(reader.groups, "agents"):
+    if not _members(reader.groups, "agents") and not _members(reader.groups, WINDOWS_GROUP):
         reader.problem(reader.root / "hosts.yml", "all.children.agents", "the lab needs at least one agent host")
 
 

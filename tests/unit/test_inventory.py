@@ -231,3 +231,62 @@ def test_a_dut_without_allow_allows_nothing() -> None:
     from labcontract.inventory import Dut
     bare = Dut(name="x", kind="loop", path="/dev/loop3")
     assert bare.allow == () and bare.declared().allow == ()
+
+
+WINDOWS_HOSTS = HOSTS + """\
+        windows_agents:
+          hosts:
+            w1: {ansible_host: 10.0.0.31, ansible_connection: winrm}
+            w2: {ansible_host: 10.0.0.32, ansible_connection: winrm}
+"""
+
+
+def test_a_windows_host_declares_its_disks_as_physicaldrive_kept_in_the_contract_spelling(tmp_path: Path) -> None:
+    root = write(tmp_path / "lab", {
+        "hosts.yml": WINDOWS_HOSTS,
+        "host_vars/a1.yml": "duts:\n  - {name: d0, path: /dev/disk/by-id/nvme-A, serial: SA}\n",
+        "host_vars/a2.yml": "duts:\n  - {name: d0, path: /dev/disk/by-id/nvme-B, serial: SB}\n",
+        "host_vars/w1.yml": """\
+            duts:
+              - {name: nvme1, kind: physicaldrive, path: '\\\\.\\PhysicalDrive1', serial: S4EVNF0M1}
+              - {name: nvme2, kind: physicaldrive, path: //./physicaldrive02, wwn: eui.0025385b71b0e1a2}
+        """,
+        "host_vars/w2.yml": "duts:\n  - {name: n3, kind: physicaldrive, path: PhysicalDrive3, serial: S4EVNF0M3}\n",
+    })
+    inv = load_inventory(root)
+    assert [d.path for d in inv.hosts["w1"].duts] == ["//./PhysicalDrive1", "//./PhysicalDrive2"]
+    assert inv.hosts["w2"].declared_duts()[0].path == "//./PhysicalDrive3"
+    assert [a.name for a in inv.agents()] == ["a1", "a2"], "agents() stays the Linux agents (site.yml)"
+
+
+def test_windows_disks_are_refused_where_they_cannot_be_and_every_problem_is_named(tmp_path: Path) -> None:
+    root = write(tmp_path / "lab", {
+        "hosts.yml": WINDOWS_HOSTS + "            a1:\n",                  # a1 in agents and windows_agents
+        "host_vars/a1.yml": "duts:\n  - {name: d0, path: /dev/disk/by-id/nvme-A, serial: SA}\n",
+        "host_vars/a2.yml": "duts:\n  - {name: w, kind: physicaldrive, path: '\\\\.\\PhysicalDrive1', serial: SW}\n",
+        "host_vars/w1.yml": """\
+            duts:
+              - {name: a, path: '\\\\.\\PhysicalDrive1', serial: S1}
+              - {name: b, kind: physicaldrive, path: '\\\\?\\C:\\x', serial: S2}
+              - {name: c, kind: physicaldrive, path: '\\\\.\\PhysicalDrive1\\..\\x', serial: S3}
+              - {name: d, kind: physicaldrive, path: '\\\\.\\PhysicalDrive4'}
+              - {name: e, kind: physicaldrive, path: '\\\\.\\PhysicalDrive5', serial: S5, allow: [purge]}
+              - {name: f, kind: physicaldrive, path: '\\\\.\\PhysicalDrive6', serial: S6, scheduler: none}
+              - {name: g, kind: physicaldrive, path: '\\\\.\\PhysicalDrive77777', serial: S7}
+        """,
+        "host_vars/w2.yml": "duts:\n  - {name: l, kind: loop, path: /dev/loop3}\n",
+    })
+    with pytest.raises(InventoryError) as err:
+        load_inventory(root)
+    text = str(err.value)
+    for expected in (
+        "hosts.yml: all.children: host a1 is in agents (Linux) and in windows_agents: one or the other",
+        "a2.yml: duts[0].kind: physicaldrive: a Windows disk, on a host outside windows_agents",
+        "w1.yml: duts[0].path: '\\\\\\\\.\\\\PhysicalDrive1': a Windows disk is declared with kind: physicaldrive",
+        "w1.yml: duts[1].path: ", "w1.yml: duts[2].path: ", "w1.yml: duts[6].path: ",
+        "w1.yml: duts[3]: a physicaldrive DUT needs its serial or wwn",
+        "w1.yml: duts[4]: allow: purge, OP modes and I/O tuning run through Linux tools",
+        "w1.yml: duts[5]: scheduler: purge, OP modes",
+        "w2.yml: duts[0].kind: loop: a Windows host's DUT is a physicaldrive",
+    ):
+        assert expected in text, (expected, text)
