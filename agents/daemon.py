@@ -168,7 +168,7 @@ class Agent:
         return kinds.Host(name=self.host, state_dir=self.config.state_dir, duts=self.config.duts,
                           net_paths=self.config.net_paths, manage_mtu=self.config.manage_mtu,
                           fio=self.runner.fio, workloads=self.config.workloads,
-                          app_mount_root=self.config.app_mount_root)
+                          app_mount_root=self.config.app_mount_root, platform=self.runner.platform)
 
     def health_checks(self) -> tuple[HealthCheck, ...]:
         every = self.config.health_every

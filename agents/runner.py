@@ -167,7 +167,8 @@ class FioRunner:
         if targets is None:
             targets = Targets(duts=tuple(duts), net_paths=tuple(net_paths), app=msg.app)
         if host is None:   # what the kinds know of the agent's configuration (the daemon passes its own)
-            host = Host(name=msg.host, state_dir=self.state_dir, manage_mtu=manage_mtu, fio=self.fio)
+            host = Host(name=msg.host, state_dir=self.state_dir, manage_mtu=manage_mtu, fio=self.fio,
+                        platform=self.platform)
         launch = kind.launch(msg, targets, host)       # checked before anything is created
         job, argv = launch.job, list(launch.argv)
         tmp = self.root / f".{msg.attempt_id}.tmp"

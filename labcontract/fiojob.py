@@ -7,12 +7,17 @@ One device: ``[global]`` holds the device-independent options and one job sectio
 workload. A device group: the workload goes into ``[global]`` and each device gets its own
 section with ``new_group=1``, so fio reports one result per device (``group_reporting``
 folds each device's ``numjobs`` clones together) and the parser aggregates them.
+
+Per platform: a DUT's contract path is ``/``-rooted (on Windows ``//./PhysicalDriveN``); ``spell`` says how
+the agent's platform writes it as fio's ``filename`` (``\\\\.\\PhysicalDriveN``). :func:`check_job` takes that
+one Windows form besides plain absolute paths and reports it as its contract path, so the agent matches it
+against its declared DUTs. The controller renders without ``spell`` (the contract path as is).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from labcontract.errors import FioError
@@ -41,13 +46,26 @@ def _opt(key: str, value: object) -> str:
     return f"{key}={text}"
 
 
-def _filename(path: str) -> str:
-    """A device path as fio reads it: ':' (fio's separator of several files) escaped; nothing else special."""
+def _filename(path: str, spell: Callable[[str], str] | None = None) -> str:
+    """A device path as fio reads it: ':' (fio's separator of several files) escaped; nothing else special.
+
+    ``spell`` (the agent's platform) writes the validated contract path as fio's filename on its host; what
+    it writes must be a filename :func:`check_job` accepts and reads back as ``path``, or it is refused."""
     if path == DUT_PLACEHOLDER:
         return path
     if not path.startswith("/") or _UNSAFE.search(path):
         raise FioError(f"refusing to render filename={path[:60]!r}: not a plain absolute path")
-    return path.replace(":", "\\:")
+    if spell is None:
+        return path.replace(":", "\\:")
+    spelled = spell(path)
+    try:
+        back = _parse_filename(spelled)
+    except ValueError as e:
+        raise FioError(f"refusing to render filename={spelled[:60]!r} (for {path[:60]!r}): {e}") from None
+    if back != path:
+        raise FioError(f"refusing to render filename={spelled[:60]!r}: it reads back as {back[:60]!r}, "
+                       f"not as the DUT {path[:60]!r}")
+    return spelled
 
 
 def job_section(name: str) -> str:
@@ -81,12 +99,15 @@ def size_value(footprint: str) -> str:
     return footprint if footprint.endswith("%") else format_size(int(footprint))
 
 
-def render_job(workload: Workload, devices: str | Sequence[str] = DUT_PLACEHOLDER) -> str:
+def render_job(workload: Workload, devices: str | Sequence[str] = DUT_PLACEHOLDER, *,
+               spell: Callable[[str], str] | None = None) -> str:
+    """The job file of ``workload`` on ``devices`` (contract paths, validated); ``spell`` writes each as fio's
+    filename on the host that runs it (None: as is, ':' escaped; what the controller plans)."""
     w = workload
     devs = [devices] if isinstance(devices, str) else list(devices)
     lines = ["[global]"]
     if len(devs) == 1:
-        lines.append(f"filename={_filename(devs[0])}")
+        lines.append(f"filename={_filename(devs[0], spell)}")
     lines += [_opt("ioengine", w.ioengine), _opt("direct", _flag(w.direct))]
     if w.time_based:
         lines.append("time_based=1")
@@ -105,7 +126,7 @@ def render_job(workload: Workload, devices: str | Sequence[str] = DUT_PLACEHOLDE
     else:
         lines += workload_lines(w)
         for i, dev in enumerate(devs):
-            lines += ["", f"[{device_section(w.name, i)}]", "new_group=1", f"filename={_filename(dev)}"]
+            lines += ["", f"[{device_section(w.name, i)}]", "new_group=1", f"filename={_filename(dev, spell)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -119,7 +140,7 @@ _SIZE_VALUE = r"\d{1,20}[kmgtp]?"
 # every option render_job emits, with the values it may take; anything else in a job file is refused
 # (exec_prerun, write_iolog, include, ioengine=external, verify, trim..., '$' expansions, comments)
 ALLOWED_OPTIONS: dict[str, re.Pattern[str]] = {k: re.compile(f"^(?:{v})$") for k, v in {
-    "ioengine": "libaio|io_uring|psync|sync|pvsync2|posixaio",
+    "ioengine": "libaio|io_uring|psync|sync|pvsync2|posixaio|windowsaio",
     "direct": "0|1", "time_based": "0|1", "group_reporting": "1", "lat_percentiles": "1", "new_group": "1",
     "refill_buffers": "1", "norandommap": "1", "randrepeat": "0|1",
     "runtime": _DIGITS, "ramp_time": _DIGITS, "rwmixread": _DIGITS, "percentage_random": _DIGITS,
@@ -132,6 +153,9 @@ ALLOWED_OPTIONS: dict[str, re.Pattern[str]] = {k: re.compile(f"^(?:{v})$") for k
 _SECTION = re.compile(r"^\[([A-Za-z0-9_.:-]{1,255})\]$")
 _OPTION = re.compile(r"^([a-z_]{1,32})=(.*)$")
 _PATH_CHAR = re.compile(r"^/[A-Za-z0-9/_.+@,=-]*$")
+# the one filename with backslashes: a Windows disk in the device namespace, as fio's HOWTO writes it
+_WINDOWS_DRIVE = re.compile(r"\\\\\.\\PhysicalDrive(0|[1-9][0-9]{0,3})\Z")
+WINDOWS_DRIVE_CONTRACT = "//./PhysicalDrive{}"
 
 
 @dataclass(frozen=True)
@@ -148,15 +172,20 @@ class JobSection:
 
 
 def _parse_filename(value: str) -> str:
-    """A filename option's one file: ':' must be escaped (an unescaped one separates several files)."""
+    """A filename option's one file: ':' must be escaped (an unescaped one separates several files).
+
+    ``\\\\.\\PhysicalDriveN`` (N: 0..9999, no leading zero), exactly, is returned as its contract path
+    ``//./PhysicalDriveN``; any other filename with a backslash is refused."""
     if value == DUT_PLACEHOLDER:
         return value
+    if (m := _WINDOWS_DRIVE.match(value)) is not None:
+        return WINDOWS_DRIVE_CONTRACT.format(m.group(1))
     parts = re.split(r"(?<!\\):", value)
     if len(parts) > 1:
         raise ValueError(f"filename {value[:80]!r} names several files (':' separators)")
     path = value.replace("\\:", ":")
     if not _PATH_CHAR.match(path.replace(":", "_")):
-        raise ValueError(f"filename {value[:80]!r} is not a plain absolute path")
+        raise ValueError(f"filename {value[:80]!r} is not a plain absolute path (nor \\\\.\\PhysicalDriveN)")
     return path
 
 
@@ -165,7 +194,9 @@ def check_job(text: str) -> tuple[JobSection, ...]:
 
     Only the options render_job emits, with values of their type, are accepted; a comment, an
     ``include``, an unknown option, a second ``[global]``, a job without a filename, or a filename
-    with ':' separators or a ``$`` expansion is refused with :class:`~labcontract.errors.FioError`."""
+    with ':' separators or a ``$`` expansion is refused with :class:`~labcontract.errors.FioError`. A filename
+    is a plain absolute path or, exactly, a Windows disk ``\\\\.\\PhysicalDriveN``, reported in
+    :attr:`JobSection.filenames` as its contract path ``//./PhysicalDriveN``."""
     if len(text) > MAX_JOB_BYTES:
         raise FioError(f"job file refused: {len(text)} bytes, over {MAX_JOB_BYTES}")
     glob: dict[str, str] = {}

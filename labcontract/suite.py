@@ -53,7 +53,8 @@ from labcontract.suitebounds import load_yaml, raw_cell_count
 from labcontract.units import format_size, parse_duration, parse_size
 
 RwMode = Literal["read", "write", "randread", "randwrite", "rw", "readwrite", "randrw"]
-IoEngine = Literal["libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio"]
+# windowsaio: Windows' engine; an agent runs the engine its platform has for the one declared (docs/windows.md)
+IoEngine = Literal["libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "windowsaio"]
 MIXED = ("rw", "readwrite", "randrw")
 PURE = ("read", "write", "randread", "randwrite")
 DEFAULT_CELL_LIMIT = 1000

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from agents.platform import Platform, current
 from labcontract import interlock
 from labcontract.apps import AppStart
 from labcontract.errors import DeviceRefused, FioError
@@ -60,6 +61,7 @@ class Host:
     fio: str = "fio"                          # the fio binary (resolved by the runner)
     workloads: Workloads | None = None        # external workload declarations (--app-workloads)
     app_mount_root: Path | None = None        # where application steps mount DUTs (--app-mount-root)
+    platform: Platform = field(default_factory=current)   # the OS it runs on (fio's engine and filenames)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ One interface, :class:`Platform`, covers what the agent asks of the host it runs
   outlives an agent restart, tell whether a recorded pid is still *that* process (pid + start time), end
   it, and re-adopt it after a restart (:meth:`Platform.start_detached`, :meth:`Platform.start_token`,
   :meth:`Platform.alive`, :meth:`Platform.terminate`, :meth:`Platform.kill`, :meth:`Platform.boot_id`);
-* **fio** — the default engine, the engines the host can run, and how a DUT path is written in a job file
-  (:attr:`Platform.default_ioengine`, :attr:`Platform.ioengines`, :meth:`Platform.fio_filename`);
+* **fio** — the default engine, the engines the host can run, the one it runs for a suite's declared engine,
+  and how a DUT path is written in a job file (:attr:`Platform.default_ioengine`, :attr:`Platform.ioengines`,
+  :meth:`Platform.fio_engine`, :meth:`Platform.fio_filename`);
 * **health** — the DUT is present with its declared identity, and its SMART / reliability state
   (:meth:`Platform.device_checks`, :meth:`Platform.smart_check`).
 
@@ -96,6 +97,12 @@ class Platform(Protocol):
         """``path`` (a DUT's contract path) as fio's ``filename=`` takes it on this platform."""
         ...
 
+    def fio_engine(self, declared: str) -> str:
+        """The engine this host runs for a suite's ``declared`` engine (so that one suite runs on Linux and on
+        Windows hosts of the same hardware); :class:`labcontract.errors.FioError` naming the engine and the
+        platform when it has no counterpart here."""
+        ...
+
     # ------------------------------------------------------------------ process supervision
     def start_detached(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         """Start ``argv`` in ``cwd`` detached from the agent (own session / process group), its output going
@@ -133,8 +140,9 @@ class Platform(Protocol):
         ...
 
 
-PLATFORM_METHODS = ("with_run", "host_facts", "block_devices", "declare_dut", "fio_filename", "start_detached",
-                    "start_token", "alive", "terminate", "kill", "boot_id", "device_checks", "smart_check")
+PLATFORM_METHODS = ("with_run", "host_facts", "block_devices", "declare_dut", "fio_filename", "fio_engine",
+                    "start_detached", "start_token", "alive", "terminate", "kill", "boot_id", "device_checks",
+                    "smart_check")
 """Every method of :class:`Platform` (conformance tests check each implementation has them all)."""
 
 _CURRENT: Platform | None = None

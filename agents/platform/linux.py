@@ -27,6 +27,7 @@ from agents.platform.linux_sysfs import (
     read_text,
     under,
 )
+from labcontract.errors import FioError
 from labcontract.facts import BlockDevice, DeclaredDut, HostFacts
 from labcontract.protocol import HealthCheck
 
@@ -114,6 +115,14 @@ class LinuxPlatform:
     def fio_filename(self, path: str) -> str:
         """fio separates several files with ':', so a colon in a path is escaped (fio HOWTO, ``filename``)."""
         return path.replace(":", "\\:")
+
+    def fio_engine(self, declared: str) -> str:
+        """The declared engine as is, if Linux fio has it (``windowsaio`` is refused: a Windows engine)."""
+        if declared in self.ioengines:
+            return declared
+        whose = "Windows' engine" if declared == "windowsaio" else "not an engine of Linux fio"
+        raise FioError(f"ioengine {declared[:40]!r}: {declared[:40]} is {whose}; this agent runs on Linux "
+                       f"({', '.join(sorted(self.ioengines))})")
 
     # ------------------------------------------------------------------ process supervision
     def start_detached(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:

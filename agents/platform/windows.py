@@ -8,10 +8,11 @@ Windows host. Command output is untrusted input: it is size-bounded before it is
 typed and range-checked, and a bad output is refused as a whole with every problem named
 (:class:`labcontract.errors.InputError`, source = the command), never half-used.
 
-A Windows DUT's contract path is ``//./PhysicalDriveN``: the DUT path pattern, the start message and the
-job-file checks of the contract take only ``/``-rooted paths, and Win32 reads ``//./`` as the device
-namespace ``\\\\.\\`` does. :meth:`WindowsPlatform.fio_filename` writes it the way fio's HOWTO documents
-(``\\\\.\\PhysicalDriveN``, each ``:`` escaped as ``\\:``).
+A Windows DUT's contract path is ``//./PhysicalDriveN``: the DUT path pattern and the start message of the
+contract take only ``/``-rooted paths, and Win32 reads ``//./`` as the device namespace ``\\\\.\\`` does.
+:meth:`WindowsPlatform.fio_filename` writes it the way fio's HOWTO documents (``\\\\.\\PhysicalDriveN``,
+each ``:`` escaped as ``\\:``); the job-file check takes exactly that form besides ``/``-rooted paths and reads
+it back as the contract path. :meth:`WindowsPlatform.fio_engine` runs a suite's Linux engine as ``windowsaio``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from agents.platform import MAX_OUTPUT_BYTES, Run, run_command
 from agents.platform.common import PLACEHOLDERS, device_checks, fio_version, read_int, read_text
-from labcontract.errors import ConfigError, InputError, Problem
+from labcontract.errors import ConfigError, FioError, InputError, Problem
 from labcontract.facts import BlockDevice, DeclaredDut, HostFacts
 from labcontract.protocol import HealthCheck
 
@@ -71,6 +72,12 @@ CREATE_NEW_PROCESS_GROUP = 0x00000200
 DETACHED_PROCESS = 0x00000008
 CREATION_FLAGS = CREATE_NEW_PROCESS_GROUP | DETACHED_PROCESS
 WINDOWS_IOENGINES = frozenset({"windowsaio", "sync", "psync"})
+# a suite's declared engine -> the one a Windows host runs: Linux's asynchronous engines become windowsaio
+# (Windows' asynchronous engine, overlapped I/O), the synchronous ones exist on Windows as they are
+ENGINE_FOR_DECLARED = {"libaio": "windowsaio", "io_uring": "windowsaio", "posixaio": "windowsaio",
+                       "windowsaio": "windowsaio", "sync": "sync", "psync": "psync"}
+NO_WINDOWS_ENGINE = {"pvsync2": "pvsync2 (preadv2/pwritev2 with per-I/O flags) is a Linux engine with no Windows "
+                                "counterpart; declare psync or sync for a suite that runs on Windows"}
 
 MAX_ITEMS = 1024                  # disks, processors
 MAX_DRIVE = 9999
@@ -281,6 +288,15 @@ class WindowsPlatform:
         """``\\\\.\\PhysicalDriveN`` for a disk; any ':' escaped as ``\\:`` (fio HOWTO: ``F\\:\\filename``)."""
         n = drive_number(path)
         return (native_path(n) if n is not None else path).replace(":", "\\:")
+
+    def fio_engine(self, declared: str) -> str:
+        """libaio, io_uring and posixaio (Linux's asynchronous engines) run as ``windowsaio``; sync, psync and
+        windowsaio as they are; pvsync2 is refused (:data:`ENGINE_FOR_DECLARED`, docs/windows.md)."""
+        engine = ENGINE_FOR_DECLARED.get(declared)
+        if engine is not None and engine in self.ioengines:
+            return engine
+        why = NO_WINDOWS_ENGINE.get(declared, f"{declared[:40]} is not an engine fio has on Windows")
+        raise FioError(f"ioengine {declared[:40]!r}: {why}; this agent runs on Windows")
 
     # ------------------------------------------------------------------ process supervision
     def start_detached(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:

@@ -9,13 +9,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labcontract.protocol import StartStep
 from labcontract.suite import Workload
 from orchestrator.kinds import KindContext
 from orchestrator.states import StepState
-from orchestrator.store.models import Attempt, Device, Host, Run, Step
+from orchestrator.store.models import Artifact, Attempt, Device, Host, Run, Step
 
 log = logging.getLogger("orchestrator.controller")
 
@@ -106,9 +107,19 @@ def result_provenance(ctx: KindContext, s: Session, att: Attempt) -> dict[str, A
         "op_mode": step.cell.get("op_mode", "stock"),
         "op_note": step.note,
         "suite_sha256": run.suite_sha256,
-        "job_sha256": sha(step.job_text),
+        **job_provenance(s, att, step),
         **provisioning_provenance(ctx, run, step),
     }
+
+
+def job_provenance(s: Session, att: Attempt, step: Step) -> dict[str, str]:
+    """``job_sha256``: the job the attempt ran (its stored ``job.fio``; the planned text when it has none). A
+    Windows agent runs its own engine and filename spelling: then ``planned_job_sha256`` is the plan's."""
+    planned = sha(step.job_text)
+    ran = s.scalar(select(Artifact.sha256).where(Artifact.attempt_id == att.id, Artifact.name == "job.fio"))
+    if ran is None or ran == planned:
+        return {"job_sha256": planned}
+    return {"job_sha256": ran, "planned_job_sha256": planned}
 
 
 def provisioning_provenance(ctx: KindContext, run: Run, step: Step) -> dict[str, Any]:

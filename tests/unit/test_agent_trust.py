@@ -84,7 +84,8 @@ def test_a_job_file_naming_an_undeclared_device_is_refused(agent: tuple[Agent, l
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     a, sent, tmp = agent
     real = fio_kind.render_job
-    monkeypatch.setattr(fio_kind, "render_job", lambda w, d: real(w, d) + "\n[evil]\nfilename=/dev/loop7\nrw=write\n")
+    monkeypatch.setattr(fio_kind, "render_job",
+                        lambda w, d, **kw: real(w, d, **kw) + "\n[evil]\nfilename=/dev/loop7\nrw=write\n")
     a.start_step(payload(str(tmp / "dut0.img")))
     [ended] = refusals(sent)
     assert "job evil opens /dev/loop7, not a declared DUT this step names" in ended.reason
@@ -96,7 +97,8 @@ def test_a_write_in_the_rendered_job_asks_the_interlock_though_the_workload_read
     a, sent, tmp = agent
     dut = str(tmp / "dut0.img")
     real = fio_kind.render_job
-    monkeypatch.setattr(fio_kind, "render_job", lambda w, d: real(w, d) + f"\n[also]\nfilename={dut}\nrw=write\n")
+    monkeypatch.setattr(fio_kind, "render_job",
+                        lambda w, d, **kw: real(w, d, **kw) + f"\n[also]\nfilename={dut}\nrw=write\n")
     monkeypatch.setattr(interlock, "observe", lambda p: interlock.ObservedState(path=p, real_path=p,
                                                                                  mountpoints=("/mnt/data",)))
     a.start_step(payload(dut))
