@@ -27,7 +27,7 @@ from agents.platform.linux_sysfs import (
     read_text,
     under,
 )
-from labcontract.errors import FioError
+from labcontract.engines import LINUX_IOENGINES, engine_for
 from labcontract.facts import BlockDevice, DeclaredDut, HostFacts
 from labcontract.protocol import HealthCheck
 
@@ -35,9 +35,6 @@ __all__ = ["WRAPPER", "LinuxPlatform", "nvme_critical_warning", "proc_start_tick
 
 # the step's process runs under this shell so that its exit code is recorded even when the agent is away
 WRAPPER = '"$@" >fio.stdout 2>fio.stderr; echo $? >rc.tmp; mv rc.tmp rc'
-LINUX_IOENGINES = frozenset({"libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio"})
-
-
 def proc_start_ticks(pid: int) -> int | None:
     """Start time of a process (clock ticks since boot), or None if it is gone or a zombie."""
     try:
@@ -118,11 +115,7 @@ class LinuxPlatform:
 
     def fio_engine(self, declared: str) -> str:
         """The declared engine as is, if Linux fio has it (``windowsaio`` is refused: a Windows engine)."""
-        if declared in self.ioengines:
-            return declared
-        whose = "Windows' engine" if declared == "windowsaio" else "not an engine of Linux fio"
-        raise FioError(f"ioengine {declared[:40]!r}: {declared[:40]} is {whose}; this agent runs on Linux "
-                       f"({', '.join(sorted(self.ioengines))})")
+        return engine_for(self.name, declared)
 
     # ------------------------------------------------------------------ process supervision
     def start_detached(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from agents.platform import MAX_OUTPUT_BYTES, Run, run_command
 from agents.platform.common import PLACEHOLDERS, device_checks, fio_version, read_int, read_text
-from labcontract.errors import ConfigError, FioError, InputError, Problem
+from labcontract.engines import WINDOWS_IOENGINES, engine_for
+from labcontract.errors import ConfigError, InputError, Problem
 from labcontract.facts import BlockDevice, DeclaredDut, HostFacts
 from labcontract.protocol import HealthCheck
 
@@ -71,14 +72,6 @@ QUERIES: dict[str, str] = {
 CREATE_NEW_PROCESS_GROUP = 0x00000200
 DETACHED_PROCESS = 0x00000008
 CREATION_FLAGS = CREATE_NEW_PROCESS_GROUP | DETACHED_PROCESS
-WINDOWS_IOENGINES = frozenset({"windowsaio", "sync", "psync"})
-# a suite's declared engine -> the one a Windows host runs: Linux's asynchronous engines become windowsaio
-# (Windows' asynchronous engine, overlapped I/O), the synchronous ones exist on Windows as they are
-ENGINE_FOR_DECLARED = {"libaio": "windowsaio", "io_uring": "windowsaio", "posixaio": "windowsaio",
-                       "windowsaio": "windowsaio", "sync": "sync", "psync": "psync"}
-NO_WINDOWS_ENGINE = {"pvsync2": "pvsync2 (preadv2/pwritev2 with per-I/O flags) is a Linux engine with no Windows "
-                                "counterpart; declare psync or sync for a suite that runs on Windows"}
-
 MAX_ITEMS = 1024                  # disks, processors
 MAX_DRIVE = 9999
 MAX_SIZE = 1 << 60                # bytes: a disk or a machine's memory beyond 1 EiB is not a reading but a fault
@@ -291,12 +284,8 @@ class WindowsPlatform:
 
     def fio_engine(self, declared: str) -> str:
         """libaio, io_uring and posixaio (Linux's asynchronous engines) run as ``windowsaio``; sync, psync and
-        windowsaio as they are; pvsync2 is refused (:data:`ENGINE_FOR_DECLARED`, docs/windows.md)."""
-        engine = ENGINE_FOR_DECLARED.get(declared)
-        if engine is not None and engine in self.ioengines:
-            return engine
-        why = NO_WINDOWS_ENGINE.get(declared, f"{declared[:40]} is not an engine fio has on Windows")
-        raise FioError(f"ioengine {declared[:40]!r}: {why}; this agent runs on Windows")
+        windowsaio as they are; pvsync2 is refused (:mod:`labcontract.engines`, docs/windows.md)."""
+        return engine_for(self.name, declared)
 
     # ------------------------------------------------------------------ process supervision
     def start_detached(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:

@@ -19,6 +19,7 @@ from croniter import croniter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from labcontract.engines import OS_NAMES, engine_problem
 from labcontract.errors import LabError, Problem, ProtocolError, SubmissionError, SuiteError
 from labcontract.protocol import (
     COMMANDS_STREAM,
@@ -110,11 +111,28 @@ def submission_problems(session: Session, host_name: str, devices: Sequence[str]
         else:
             seen[dev.path] = device
             named.append(dev)
+    if suite is not None:
+        problems += engine_problems(suite, host)
     if suite is not None and named:
         # sizes against the registered capacity of the smallest named device (a group shares one job)
         smallest = min(named, key=lambda d: d.size_bytes)
         problems += capacity_problems(suite, smallest.size_bytes, f"device {smallest.name} ({smallest.path})")
     return problems
+
+
+def engine_problems(suite: Suite, host: Host) -> list[Problem]:
+    """The suite's fio engines the host's OS has no counterpart of (windowsaio on Linux, pvsync2 on Windows;
+    labcontract.engines), when the host registered its OS family; an older agent's host is not judged here
+    (its agent refuses the step before fio starts)."""
+    family = (host.facts or {}).get("os_family")
+    if family not in OS_NAMES:
+        return []
+    out = []
+    for engine in sorted({w.ioengine for w in suite.workloads}):
+        why = engine_problem(str(family), engine)
+        if why is not None:
+            out.append(Problem("ioengine", f"{why} (host {host.name} runs {OS_NAMES[str(family)]})"))
+    return out
 
 
 class CommandsMixin(AdminMixin):

@@ -53,6 +53,29 @@ def test_submission_problems_name_host_and_device(env: Any) -> None:
     assert not bad.ok and len(bad.errors) == 2   # the suite's problem and the host's, together
 
 
+def test_an_engine_the_hosts_os_lacks_is_refused_at_submit(env: Any) -> None:
+    """One suite runs on Linux and Windows hosts (libaio is windowsaio there); windowsaio on a Linux host and
+    pvsync2 on a Windows host are refused before anything is queued. A host whose agent sent no OS family
+    (older agents) is not judged here: its agent refuses the step."""
+    ctl, *_ = env
+    for host, family, path in (("lin", "linux", "/dev/loop7"), ("win", "windows", "//./PhysicalDrive2")):
+        ctl.handle_event(Register(host=host, agent_version="0.1.0", facts=HostFacts(hostname=host, os_family=family),
+                                  duts=(DeclaredDut(name="dut0", path=path, kind="block", size_bytes=1 << 30),)))
+
+    def with_engine(engine: str, host: str, run_id: str) -> Any:
+        text = SUITE.replace("suite: two\n", f"suite: two\ndefaults: {{ioengine: {engine}}}\n")
+        return ctl.submit(Submit(run_id=run_id, suite_source="two.yaml", suite_text=text, host=host,
+                                 devices=("dut0",), reply_to="-"))
+
+    r = with_engine("windowsaio", "lin", "r1")
+    assert not r.ok and r.errors == ("ioengine: windowsaio is Windows' engine (host lin runs Linux)",), r.errors
+    r = with_engine("pvsync2", "win", "r2")
+    assert not r.ok and r.errors[0].startswith("ioengine: pvsync2 (preadv2/pwritev2"), r.errors
+    assert r.errors[0].endswith("(host win runs Windows)"), r.errors
+    assert with_engine("libaio", "win", "r3").ok and with_engine("windowsaio", "win", "r4").ok
+    assert with_engine("windowsaio", "h1", "r5").ok, "h1 registered no OS family: its agent judges"
+
+
 def test_rejected_submission_creates_nothing(env: Any) -> None:
     ctl, disp, _clock, db = env
     submit(ctl, device="nope")
