@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.cells import CellKey, cell_key
 from orchestrator.stats.changepoints import min_points
-from orchestrator.stats.history import Regression, load_series, regressions_for_run
+from orchestrator.stats.history import Regression, find_regressions, load_series
 from orchestrator.store.models import Run
 
 MEASURED = ("measure", "app", "net")
@@ -86,7 +86,7 @@ def run_history(s: Session, run_id: str) -> RunHistory | None:
     need = min_points()
     mine = [ser for ser in load_series(s, host=run.host, suite=run.suite_name) if run_id in ser.run_ids]
     judged = sum(1 for ser in mine if len(ser.values) >= need)
-    regs = regressions_for_run(s, run_id) if judged else []
+    regs = find_regressions(s, host=run.host, suite=run.suite_name, run_id=run_id, series=mine)[0] if judged else []
     drawn = {(r.cell_key, r.metric, r.model, r.firmware) for r in regs}
     series_of = {(ser.ident.cell_key, ser.ident.metric): (list(ser.run_ids), list(ser.values)) for ser in mine
                  if (ser.ident.cell_key, ser.ident.metric, ser.ident.model, ser.ident.firmware) in drawn}

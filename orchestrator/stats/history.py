@@ -346,13 +346,14 @@ def _acks(s: Session) -> dict[str, str]:
 
 def find_regressions(s: Session, *, since: float | None = None, host: str | None = None,
                      include_acknowledged: bool = False, suite: str | None = None,
-                     threshold: float = THRESHOLD_PCT, run_id: str | None = None
-                     ) -> tuple[list[Regression], HistoryStatus]:
+                     threshold: float = THRESHOLD_PCT, run_id: str | None = None,
+                     series: Iterable[Series] | None = None) -> tuple[list[Regression], HistoryStatus]:
     """:func:`regressions` and how much history there was (what ``labctl regressions`` prints); ``run_id``:
-    only the series holding that run are judged, and only the regressions at it kept."""
+    only the series holding that run are judged, and only the regressions at it kept; ``series``: those
+    already loaded (of ``host`` and ``suite``) instead of reading them again."""
     judged, short = 0, 0
     found: list[Regression] = []
-    for ser in load_series(s, host=host, suite=suite):
+    for ser in load_series(s, host=host, suite=suite) if series is None else series:
         if run_id is not None and run_id not in ser.run_ids[-HISTORY_POINTS:]:
             continue
         regs = judge_series(ser, threshold)
