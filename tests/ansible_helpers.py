@@ -1,17 +1,20 @@
 """Shared helpers for tests that run Ansible: ansible-runner runs, throw-away inventories, loop
-devices, fake device tools, and an offline install of the agent (a wheel of this checkout and the
+devices, fake device tools, and an offline install of the agent or the controller (a wheel of this checkout and the
 project venv's packages as its dependencies). Everything created here is removed by its own path/name."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.metadata
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import zipfile
 from collections.abc import Iterator
@@ -167,6 +170,17 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+def metadata(project: dict[str, Any], version: str) -> str:
+    """The wheel's METADATA: name, version, Python and the requirements of pyproject.toml, extras included
+    (installs with ``--no-deps`` pull none of them, but ``<wheel>[controller]`` names an extra it has)."""
+    lines = ["Metadata-Version: 2.1", f"Name: {project['name']}", f"Version: {version}",
+             f"Requires-Python: {project['requires-python']}"]
+    lines += [f"Requires-Dist: {r}" for r in project.get("dependencies", [])]
+    for extra, reqs in project.get("optional-dependencies", {}).items():
+        lines += [f"Provides-Extra: {extra}"] + [f'Requires-Dist: {r}; extra == "{extra}"' for r in reqs]
+    return "\n".join(lines) + "\n"
+
+
 def project_wheel(dest: Path) -> Path:
     """A wheel of this checkout's packages (py3-none-any, with the ``labctl`` entry point), built without
     a build backend or an index, so pip can install it offline (``--no-index --no-deps``)."""
@@ -180,7 +194,7 @@ def project_wheel(dest: Path) -> Path:
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 files[path.relative_to(ROOT).as_posix()] = path.read_bytes()
     scripts = "".join(f"{k} = {v}\n" for k, v in project.get("scripts", {}).items())
-    files[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {__version__}\n".encode()
+    files[f"{dist_info}/METADATA"] = metadata(project, __version__).encode()
     files[f"{dist_info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: storagelab-tests\nRoot-Is-Purelib: true\n"
                                    b"Tag: py3-none-any\n")
     files[f"{dist_info}/entry_points.txt"] = f"[console_scripts]\n{scripts}".encode()
@@ -192,6 +206,21 @@ def project_wheel(dest: Path) -> Path:
         for name_in_zip, data in files.items():
             zf.writestr(name_in_zip, data)
     return wheel
+
+
+def dependency_dir(dest: Path, wanted: set[str]) -> Path:
+    """A directory of links to the project venv's distributions named in ``wanted`` (normalized names, e.g.
+    tests.unit.test_agent_deps.closure()) and to nothing else: what an offline install of ``project_wheel()``
+    (``--no-deps``) finds on ``PYTHONPATH`` as its dependencies."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    dest.mkdir(parents=True, exist_ok=True)
+    for dist in importlib.metadata.distributions(path=[str(site)]):
+        if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() not in wanted:
+            continue
+        for top in {f.parts[0] for f in dist.files or () if f.parts and f.parts[0] != ".."}:
+            if (site / top).exists() and not (dest / top).exists():
+                (dest / top).symlink_to(site / top)
+    return dest
 
 
 def installed_debs(names: list[str]) -> list[str]:

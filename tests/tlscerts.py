@@ -4,6 +4,7 @@ signed by it, a client certificate, and a second CA nobody's certificate is sign
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,11 +36,13 @@ def _signed(d: Path, name: str, ca: str, ext: str) -> None:
          "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
 
 
-def make_certs(d: Path) -> Certs:
+def make_certs(d: Path, server_ips: Sequence[str] = ()) -> Certs:
+    """``server_ips``: more addresses the server certificate names (besides 127.0.0.1 and localhost)."""
     d.mkdir(parents=True, exist_ok=True)
     _ca(d, "ca")
     _ca(d, "other-ca")
-    _signed(d, "server", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    san = ",".join(["IP:127.0.0.1", "DNS:localhost", *(f"IP:{ip}" for ip in server_ips)])
+    _signed(d, "server", "ca", f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
     _signed(d, "client", "ca", "extendedKeyUsage=clientAuth\n")
     for key in d.glob("*.key"):
         key.chmod(0o600)

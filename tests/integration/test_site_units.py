@@ -3,13 +3,14 @@ example lab (inventory/example, rd630-ctl reached locally) with ``lab_service_ma
 ``lab_service_start: false``, every path under a temporary directory. Everything up to ``systemctl`` runs for
 real: the ACL file and password files (labctl broker acl), the redis and Prometheus configuration, the file_sd
 targets from the example inventory, Grafana's provisioning, and the four units, which are checked line by
-line; a second run changes nothing. Starting the units is not exercised here (tests/system/test_site_deploy.py
-runs the same command lines as processes)."""
+line and pass ``systemd-analyze verify`` (it needs no running systemd); a second run changes nothing. Starting
+the units is not exercised here (tests/system/test_site_deploy.py runs the same command lines as processes)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,13 +19,14 @@ from typing import Any
 import pytest
 
 from tests.ansible_helpers import PLAYBOOKS, ROOT, VENV_BIN, ansible_env
+from tests.tlscerts import make_certs
 
 pytestmark = pytest.mark.integration
 
 VENV = Path(sys.executable).parent.parent
 
 
-def run_site(tmp: Path) -> subprocess.CompletedProcess[str]:
+def run_site(tmp: Path, **more: Any) -> subprocess.CompletedProcess[str]:
     (tmp / "units").mkdir(exist_ok=True)          # /etc/systemd/system exists where systemd runs
     extra: dict[str, Any] = {
         "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
@@ -37,7 +39,7 @@ def run_site(tmp: Path) -> subprocess.CompletedProcess[str]:
         "lab_prometheus_install": False, "lab_prometheus_distro_unit": "", "lab_prometheus_user": "root",
         "lab_prometheus_conf_dir": str(tmp / "prometheus"), "lab_prometheus_data_dir": str(tmp / "tsdb"),
         "lab_grafana_provisioning_dir": str(tmp / "grafana"), "lab_grafana_dashboards_dir": str(tmp / "dashboards"),
-        "lab_grafana_exe": str(tmp / "no-grafana"),
+        "lab_grafana_exe": str(tmp / "no-grafana"), **more,
     }
     return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(ROOT / "inventory/example"),
                            "--limit", "rd630-ctl", "site.yml", "-e", json.dumps(extra)],
@@ -109,3 +111,43 @@ def test_the_controller_hosts_units_and_files_for_the_example_lab(tmp_path: Path
     second = run_site(tmp_path)
     assert second.returncode == 0, second.stdout[-5000:]
     assert recap(second.stdout)["changed"] == 0, second.stdout[-5000:]
+    verify_units(units, tmp_path / "broken")
+
+
+def verify_units(units: Path, scratch: Path) -> None:
+    """``systemd-analyze verify`` (offline: no manager is asked) passes the four units without a word: keys,
+    values, the ExecStart binaries (executable here), the units they name. It does report a broken copy."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed (the units were checked line by line)")
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": ""}
+    files = sorted(str(p) for p in units.iterdir())
+    res = subprocess.run(["systemd-analyze", "verify", *files], capture_output=True, text=True, env=env, timeout=60)
+    assert (res.returncode, res.stdout + res.stderr) == (0, ""), res.stdout + res.stderr
+    scratch.mkdir()
+    broken = scratch / "storagelab-web.service"
+    broken.write_text((units / "storagelab-web.service").read_text().replace(
+        "[Service]\n", "[Service]\nRestartPolicy=always\n").replace(f'"{VENV}/bin/labctl"', f'"{scratch}/labctl"'))
+    res = subprocess.run(["systemd-analyze", "verify", str(broken)], capture_output=True, text=True, env=env,
+                         timeout=60)
+    assert res.returncode != 0 and "Unknown key 'RestartPolicy' in section [Service]" in res.stderr, res.stderr
+    assert f"Command {scratch}/labctl is not executable" in res.stderr, res.stderr
+
+
+def test_broker_tls_serves_tls_only_and_a_missing_certificate_is_named(tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    tls = {"lab_broker_tls": True, "lab_broker_tls_ca": str(certs.ca), "lab_broker_tls_cert": str(certs.server_cert),
+           "lab_broker_tls_key": str(certs.server_key)}
+    res = run_site(tmp_path, **tls)
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
+    conf = (tmp_path / "etc" / "redis.conf").read_text()
+    assert re.findall(r"^(?:tls-)?port .*$", conf, re.M) == ["port 0", "tls-port 6379"]
+    assert f"tls-cert-file {tmp_path}/etc/redis-tls/server.pem" in conf and "tls-auth-clients no" in conf
+    assert (tmp_path / "etc" / "redis-tls" / "server.key").stat().st_mode & 0o777 == 0o600
+    env = unit(tmp_path / "units" / "storagelab-controller.service")["Environment"]
+    assert '"LAB_BROKER_URL=rediss://controller@127.0.0.1:6379/0"' in env
+    assert f'"LAB_BROKER_CA={tmp_path}/etc/broker-ca.pem"' in env
+
+    missing = run_site(tmp_path, **{**tls, "lab_broker_tls_cert": str(tmp_path / "nowhere.pem")})
+    assert missing.returncode != 0
+    assert f'lab_broker_tls_cert is "{tmp_path}/nowhere.pem": with lab_broker_tls on' in missing.stdout, (
+        missing.stdout[-3000:])

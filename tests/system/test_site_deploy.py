@@ -1,9 +1,11 @@
 """playbooks/site.yml deploys a whole lab over SSH onto three network-namespace hosts (tests/sshhosts.py): the
 controller host (redis-server with AOF and the lab's ACL users, the controller, the web service, Prometheus with
 the lab's rules and file_sd targets from the inventory, Grafana's provisioning files) and two agent hosts (a file
-DUT each, agent.yml). A suite then runs on each agent through the deployed controller (labctl as the broker's
-user labctl, the deployed password file) and its results are in the deployed store; a second site.yml run
-changes nothing.
+DUT each, agent.yml). The broker serves TLS only (``lab_broker_tls`` with mutual TLS: a CA, server and client
+certificates made by tests/tlscerts.py, the server's naming the controller host's address): every daemon connects
+with rediss:// and the lab's CA, and a plain redis:// client is refused. A suite then runs on each agent through the
+deployed controller (labctl as the broker's user labctl, the deployed password file, over TLS) and its results are
+in the deployed store; a second site.yml run changes nothing.
 
 The namespace hosts share this machine's root filesystem and have no systemd of their own: every path of the
 inventory is under the host's lab_root, and the daemons run as detached processes with pid files
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
 from sqlalchemy import select
 
@@ -43,6 +46,7 @@ from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
 from tests.conftest import QUICK_SUITE
 from tests.sshhosts import NETWORK, SshHost, SshHosts, running_ssh_hosts
+from tests.tlscerts import Certs, make_certs
 
 pytestmark = pytest.mark.system
 
@@ -83,10 +87,17 @@ def site_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshHosts]:
             stop_daemons(hosts)
 
 
-def host_vars(h: SshHost, ports: dict[str, int], *, controller: bool) -> dict[str, Any]:
+def tls_vars(certs: Certs) -> dict[str, Any]:
+    """Every host's lab_broker_tls* (group_vars/all in a real inventory): mutual TLS."""
+    return {"lab_broker_tls": True, "lab_broker_tls_ca": str(certs.ca), "lab_broker_tls_cert": str(certs.server_cert),
+            "lab_broker_tls_key": str(certs.server_key), "lab_broker_tls_client_cert": str(certs.client_cert),
+            "lab_broker_tls_client_key": str(certs.client_key)}
+
+
+def host_vars(h: SshHost, ports: dict[str, int], certs: Certs, *, controller: bool) -> dict[str, Any]:
     r = h.lab_root
     common = {"lab_service_manager": "process", "lab_service_run_dir": str(r / "run"),
-              "lab_service_log_dir": str(r / "logs"), "lab_service_script_dir": str(r / "sbin")}
+              "lab_service_log_dir": str(r / "logs"), "lab_service_script_dir": str(r / "sbin"), **tls_vars(certs)}
     if controller:
         return {**common, "lab_controller_install": False, "lab_controller_venv": str(VENV),
                 "lab_controller_user": "root", "lab_controller_lab_dir": str(r / "lib"),
@@ -117,14 +128,17 @@ def host_vars(h: SshHost, ports: dict[str, int], *, controller: bool) -> dict[st
             "lab_agent_stop_timeout": 15, "lab_agent_metrics_port": ports["agent"],
             "metrics_address": f"{h.address}:{ports['agent']}",
             "lab_agent_broker_password_file": str(r / "etc" / "broker.pass"),
+            "lab_agent_broker_ca": str(r / "etc" / "broker-ca.pem"),
+            "lab_agent_broker_cert": str(r / "etc" / "broker-client.pem"),
+            "lab_agent_broker_key": str(r / "etc" / "broker-client.key"),
             "duts": [{"name": "dut0", "path": str(dut), "kind": "file"}]}
 
 
-def site_inventory(hosts: SshHosts, path: Path, ports: dict[str, int]) -> Path:
+def site_inventory(hosts: SshHosts, path: Path, ports: dict[str, int], certs: Certs) -> Path:
     """The lab inventory: ``controller`` = the first host, ``agents`` = the others (SSH settings of the fixture)."""
     ctl = hosts[0]
     hosts.ansible_inventory(path, groups=("all_hosts",),
-                            per_host=lambda h: host_vars(h, ports, controller=h is ctl))
+                            per_host=lambda h: host_vars(h, ports, certs, controller=h is ctl))
     hostvars = yaml.safe_load(path.read_text())["all"]["children"]["all_hosts"]["hosts"]
     children = {"controller": {"hosts": {ctl.name: hostvars[ctl.name]}},
                 "agents": {"hosts": {h.name: hostvars[h.name] for h in hosts if h is not ctl}}}
@@ -166,7 +180,8 @@ def test_site_yml_deploys_a_working_lab_and_runs_twice_without_change(site_hosts
     hosts = site_hosts
     ctl, agents = hosts[0], list(hosts)[1:]
     ports = {k: free_port() for k in ("redis", "controller", "web", "prometheus", "agent")}
-    inventory = site_inventory(hosts, tmp_path / "hosts.yml", ports)
+    certs = make_certs(tmp_path / "certs", server_ips=[ctl.address])
+    inventory = site_inventory(hosts, tmp_path / "hosts.yml", ports, certs)
 
     started = time.monotonic()
     first = site_yml(hosts, inventory)
@@ -176,10 +191,19 @@ def test_site_yml_deploys_a_working_lab_and_runs_twice_without_change(site_hosts
     assert set(stats) == {h.name for h in hosts}
     assert all(s["failed"] == 0 and s["unreachable"] == 0 for s in stats.values()), stats
 
-    # the deployed files: AOF on, the ACL file (hashes only), the rules and the inventory's file_sd targets
+    # the deployed files: AOF on, TLS only, the ACL file (hashes only), the rules and the inventory's file_sd targets
     etc = ctl.lab_root / "etc"
     conf = (etc / "redis.conf").read_text()
-    assert "appendonly yes" in conf and f"port {ports['redis']}" in conf and f"aclfile {etc}/redis-users.acl" in conf
+    assert "appendonly yes" in conf and f"aclfile {etc}/redis-users.acl" in conf
+    assert re.findall(r"^(?:tls-)?port .*$", conf, re.M) == ["port 0", f"tls-port {ports['redis']}"]
+    assert "tls-auth-clients yes" in conf and f"tls-key-file {etc}/redis-tls/server.key" in conf
+    assert (etc / "redis-tls" / "server.key").stat().st_mode & 0o077 == 0
+    assert (etc / "redis-tls" / "ca.pem").read_bytes() == certs.ca.read_bytes()
+    for a in agents:     # the agents' start scripts: rediss:// and the lab's CA and client certificate
+        script = (a.lab_root / "storagelab-agent-ctl").read_text()
+        assert f"rediss://agent-{a.name}@{ctl.address}:{ports['redis']}/0" in script, script
+        assert f"LAB_BROKER_CA={a.lab_root}/etc/broker-ca.pem" in script and "LAB_BROKER_KEY=" in script
+        assert (a.lab_root / "etc" / "broker-client.key").stat().st_mode & 0o007 == 0
     acl = (etc / "redis-users.acl").read_text()
     assert "user default off" in acl and all(f"user agent-{a.name} on" in acl for a in agents)
     assert (etc / "redis-users.acl").stat().st_mode & 0o077 == 0
@@ -201,12 +225,18 @@ def test_site_yml_deploys_a_working_lab_and_runs_twice_without_change(site_hosts
         return False
     wait_for(registered, 90, "both deployed agents to register")
 
-    # a suite on each agent through the deployed controller, as the broker's user labctl
+    # a plain redis:// client is refused by the TLS-only broker
+    plain = redis.Redis(host=ctl.address, port=ports["redis"], socket_timeout=5, socket_connect_timeout=5)
+    with pytest.raises(redis.ConnectionError):
+        plain.ping()
+
+    # a suite on each agent through the deployed controller, as the broker's user labctl, over TLS
     suite = tmp_path / "quick.yaml"
     suite.write_text(QUICK_SUITE)
     labctl = [sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(tmp_path / "cli"),
-              "--broker", f"redis://labctl@{ctl.address}:{ports['redis']}/0",
-              "--broker-password-file", str(etc / "broker" / "labctl.pass"), "--store", store]
+              "--broker", f"rediss://labctl@{ctl.address}:{ports['redis']}/0",
+              "--broker-password-file", str(etc / "broker" / "labctl.pass"), "--broker-ca", str(certs.ca),
+              "--broker-cert", str(certs.client_cert), "--broker-key", str(certs.client_key), "--store", store]
     run_ids = []
     for a in agents:
         res = subprocess.run([*labctl, "submit", str(suite), "--host", a.name, "--device", "dut0"],
