@@ -52,7 +52,7 @@ system-test-deps:
 
 # The project's base install is the agent's alone (a lab host: pip install storagelab); the controller,
 # labctl and the demo lab need the controller extra, the tests the dev extra too (docs/deployment.md).
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt labcontract/version.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[controller]'

@@ -7,4 +7,4 @@ and turns the CHANGELOG's Unreleased section into that version's heading. It is 
 setuptools reads it without importing the package (a build needs none of the project's dependencies).
 """
 
-__version__ = "0.12.0"
+__version__ = "0.13.0"
