@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import grp
-import importlib.metadata
 import os
 import pwd
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
@@ -50,6 +47,7 @@ from orchestrator.store.models import Host
 from tests.ansible_helpers import (
     PlaybookRun,
     can_use_loop_devices,
+    dependency_dir,
     installed_debs,
     local_inventory,
     loop_device,
@@ -99,15 +97,7 @@ def host_vars(tmp_path: Path, prefix: Path, broker: str, metrics_port: int, user
 def agent_dependency_dir(dest: Path) -> Path:
     """A directory of links to the project venv's distributions of the base install (the agent's, with
     their own dependencies) and to nothing else: the installed agent runs without the controller's."""
-    site = Path(sysconfig.get_paths()["purelib"])
-    wanted = closure(base_requirements())
-    dest.mkdir(parents=True, exist_ok=True)
-    for dist in importlib.metadata.distributions(path=[str(site)]):
-        if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() not in wanted:
-            continue
-        for top in {f.parts[0] for f in dist.files or () if f.parts and f.parts[0] != ".."}:
-            if (site / top).exists() and not (dest / top).exists():
-                (dest / top).symlink_to(site / top)
+    dependency_dir(dest, closure(base_requirements()))
     assert not (dest / "sqlalchemy").exists() and (dest / "celery").exists()
     return dest
 
