@@ -12,6 +12,7 @@ from labcontract.suite import load_suite
 from orchestrator.labctl.client import ControllerClient
 from orchestrator.store.models import Attempt, Host, Result, Run, Schedule, Step
 from tests.conftest import LabHandle
+from tests.tables import column_text
 
 pytestmark = pytest.mark.integration
 
@@ -24,12 +25,6 @@ def canary_run(lab: LabHandle) -> str:
     assert reply is not None and reply.ok, reply
     assert lab.wait_run(run_id).run.state == "SUCCEEDED"
     return run_id
-
-
-def last_column(table: str) -> str:
-    """The text of a rich table's last column, its wrapped lines joined with spaces."""
-    cells = [line.split("│")[-2].strip() for line in table.splitlines() if line.count("│") >= 2]
-    return " ".join(c for c in cells if c)
 
 
 def lay_history(lab: LabHandle, model_id: str, n: int, factor: float) -> None:
@@ -90,7 +85,7 @@ def test_canary_add_judge_flag_quarantine_release_remove(lab: LabHandle) -> None
         assert entry["detail"].startswith("drift against its 10-run history: ")   # 9 laid + the first real run
         assert host.devices[0].quarantined_at is not None
     hosts = lab.labctl("hosts", check=True).stdout
-    why = last_column(hosts)           # the table wraps its cells to 200 columns, by the host's CPU name etc.
+    why = column_text(hosts)           # the table wraps its cells to 200 columns, by the host's CPU name etc.
     assert "[QUARANTINED]" in hosts and f"canary {dut}: failed x1: drift against" in why, hosts
 
     released = lab.labctl("hosts", "release", lab.host, "--device", "dut0")

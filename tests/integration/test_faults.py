@@ -16,6 +16,7 @@ import pytest
 from orchestrator.labs.lab import wait_for
 from orchestrator.queries import RunDetail
 from tests.conftest import LabHandle, one_workload, pid_alive, start_lab
+from tests.tables import column_text
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +114,8 @@ def test_a_vanished_dut_is_quarantined_until_released(odd_lab: LabHandle, tmp_pa
                 return "QUARANTINED" in out
             wait_for(quarantined, 60, "the DUT to be quarantined", interval=0.5)
             listing = lab.labctl("hosts").stdout
-            assert "present check failed 3" in listing and "has size" in listing, listing     # (wrapped table)
+            why = column_text(listing)                              # the reasons column, however it wrapped
+            assert "present check failed 3" in why and "has size" in why, listing
             reattach(lab, "dut0")
         assert dut.loop != left and dut.path == dut.loop, "back on a loop device of its own"
     finally:
