@@ -390,7 +390,7 @@ class Agent:
         """The DUT as the interlock sees it, its filesystem marked when this lab made it (agents.kinds.app)."""
         from agents.kinds.app import lab_filesystem_on
 
-        obs = interlock.observe(dut.path)
+        obs = self.runner.platform.observe_dut(dut.path)
         fs = any(sig.kind == "filesystem" for sig in obs.signatures)
         return dataclasses.replace(obs, lab_fs=True) if fs and lab_filesystem_on(self.config.state_dir, dut) else obs
 
@@ -402,7 +402,11 @@ class Agent:
             kind = kinds.get(msg.action)
         except FioError as e:
             return kinds.Targets(), str(e)
-        return kind.targets(msg, self.kind_host())
+        host = self.kind_host()
+        off_platform = kinds.platform_refusal(kind, host.platform.name)   # before any Linux tool is reached
+        if off_platform:
+            return kinds.Targets(), off_platform
+        return kind.targets(msg, host)
 
     def cancel_step(self, payload: dict[str, Any]) -> None:
         msg: CancelStep = decode(CancelStep, payload)

@@ -169,6 +169,9 @@ class FioRunner:
         if host is None:   # what the kinds know of the agent's configuration (the daemon passes its own)
             host = Host(name=msg.host, state_dir=self.state_dir, manage_mtu=manage_mtu, fio=self.fio,
                         platform=self.platform)
+        off_platform = kinds.platform_refusal(kind, host.platform.name)
+        if off_platform:
+            raise FioError(off_platform)
         launch = kind.launch(msg, targets, host)       # checked before anything is created
         job, argv = launch.job, list(launch.argv)
         tmp = self.root / f".{msg.attempt_id}.tmp"

@@ -10,7 +10,9 @@ A kind (:class:`StepKind`) says, for its action:
 - which files of the attempt directory go back with the end report (:attr:`StepKind.artifacts`);
 - what must be released once its process has ended (:meth:`StepKind.cleanup`: before the end is reported,
   also after an agent restart and after a cancel or timeout kill);
-- how it contributes live status (:meth:`StepKind.live`).
+- how it contributes live status (:meth:`StepKind.live`);
+- the agent platforms it runs on (:attr:`StepKind.platforms`: ``fio`` on Linux and Windows; ``purge``,
+  ``net`` and ``app`` use Linux tools): a start on another is refused (:func:`platform_refusal`).
 
 Kinds register with :func:`register` (``agents.kinds.fio``, ``purge``, ``net`` and ``app`` on import of
 this package); :func:`get` resolves an action and refuses one that has no kind. ``command_version`` (in the
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     from agents.workloads import Workload, Workloads
 
 __all__ = ["Host", "Launch", "LiveFigures", "StepKind", "Targets", "actions", "all_artifacts", "find_dut", "get",
-           "interlock_refusal", "register", "resolve_duts", "same_device"]
+           "interlock_refusal", "platform_refusal", "register", "resolve_duts", "same_device"]
 
 
 def same_device(a: str, b: str) -> bool:
@@ -119,6 +121,8 @@ class StepKind(ABC):
     # fresh observations, just before reporting its end, so the controller never judges the next step on a
     # DUT it saw mounted by this one
     refresh_observations: ClassVar[bool] = False
+    # the agent platforms (Platform.name) it runs on: a start on another is refused (platform_refusal)
+    platforms: ClassVar[frozenset[str]] = frozenset({"linux", "windows"})
 
     # --- targets and checks ---------------------------------------------------------------
 
@@ -176,6 +180,17 @@ def get(action: str) -> StepKind:
     return kind
 
 
+_OS_NAMES = {"linux": "Linux", "windows": "Windows"}
+
+
+def platform_refusal(kind: StepKind, platform: str) -> str | None:
+    """Why ``kind`` is not started on an agent whose platform is ``platform`` (None: it runs there)."""
+    if platform in kind.platforms:
+        return None
+    where = " and ".join(_OS_NAMES.get(p, p) for p in sorted(kind.platforms)) or "no"
+    return f"step kind {kind.action} runs on {where} agents only (docs/windows.md)"
+
+
 def actions() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
 
@@ -227,7 +242,7 @@ def interlock_refusal(lock: Interlock, host: Host, duts: Sequence[DeclaredDut] |
     declared = [interlock.DeclaredDut(name=d.name, path=d.path, wipe_ok=d.wipe_ok) for d in host.duts]
     out = []
     for d in targets:
-        obs = interlock.observe(d.path)
+        obs = host.platform.observe_dut(d.path)
         lab_fs = d.name in lock.lab_fs or lab_filesystem_on(host.state_dir, d)
         reasons = interlock.refusal_reasons(obs.path, declared, obs, lock.operation, lab_fs=lab_fs)
         if reasons:

@@ -84,6 +84,7 @@ def _release(attempt_dir: Path) -> list[str]:
 
 class AppKind(StepKind):
     action: ClassVar[str] = "app"
+    platforms: ClassVar[frozenset[str]] = frozenset({"linux"})   # Linux tools (docs/windows.md)
     artifacts: ClassVar[tuple[str, ...]] = ("app.json", "app-spec.json", "app.log", "server.log", "tool.out",
                                             "fio.stderr")
     tails: ClassVar[tuple[str, ...]] = ("fio.stderr", "app.log", "server.log", "tool.out")
@@ -114,7 +115,7 @@ class AppKind(StepKind):
             ext = app.external.model_copy(update={"params": values})
             targets = Targets(duts=tuple(duts), external=decl, app=app.model_copy(update={"external": ext}))
         lock = self.interlock(msg, targets, host)
-        return targets, interlock_refusal(lock, host) or mounted_refusal(targets, lock) or ""
+        return targets, interlock_refusal(lock, host) or mounted_refusal(targets, lock, host) or ""
 
     def interlock(self, msg: StartStep, targets: Targets, host: Host) -> Interlock:
         if msg.app is None:
@@ -155,14 +156,14 @@ def app_spec(msg: StartStep, app: AppStart, targets: Targets, host: Host) -> dic
             "binaries": dict.fromkeys(BINARIES)}
 
 
-def mounted_refusal(targets: Targets, lock: Interlock) -> str | None:
+def mounted_refusal(targets: Targets, lock: Interlock, host: Host) -> str | None:
     """An app step never runs on a mounted device, whatever its operation (the interlock already refused a
     destructive one)."""
     if lock.operation is not None:
         return None
     out = []
     for d in targets.duts:
-        obs = interlock.observe(d.path)
+        obs = host.platform.observe_dut(d.path)
         if obs.mountpoints:
             out.append(f"refusing an application workload on {d.path}: mounted on {', '.join(obs.mountpoints)}")
     return "; ".join(out) or None

@@ -44,6 +44,7 @@ def net_paths_for(msg: StartStep, declared_paths: Sequence[NetPathDecl]) -> tupl
 
 class NetKind(StepKind):
     action: ClassVar[str] = "net"
+    platforms: ClassVar[frozenset[str]] = frozenset({"linux"})   # Linux tools (docs/windows.md)
     artifacts: ClassVar[tuple[str, ...]] = ("net-spec.json", "net.json", "fio.stderr")
 
     def targets(self, msg: StartStep, host: Host) -> tuple[Targets, str]:

@@ -27,6 +27,7 @@ def purge_script(duts: Sequence[DeclaredDut]) -> str:
 
 class PurgeKind(StepKind):
     action: ClassVar[str] = "purge"
+    platforms: ClassVar[frozenset[str]] = frozenset({"linux"})   # Linux tools (docs/windows.md)
     artifacts: ClassVar[tuple[str, ...]] = ("purge.sh", "fio.stderr")
 
     def interlock(self, msg: StartStep, targets: Targets, host: Host) -> Interlock:

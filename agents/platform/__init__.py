@@ -5,6 +5,8 @@ One interface, :class:`Platform`, covers what the agent asks of the host it runs
 * **facts** — OS, kernel or build, CPU, memory, firmware (:meth:`Platform.host_facts`);
 * **devices** — enumeration and identity: model, serial, firmware, size, a stable id path
   (:meth:`Platform.block_devices`, :meth:`Platform.declare_dut`);
+* **the safety interlock's view of a DUT** — mounted, signatures, in use, backs the OS
+  (:meth:`Platform.observe_dut`; :mod:`labcontract.interlock` decides);
 * **process supervision** — start a step's process detached in a session / process group of its own so it
   outlives an agent restart, tell whether a recorded pid is still *that* process (pid + start time), end
   it, and re-adopt it after a restart (:meth:`Platform.start_detached`, :meth:`Platform.start_token`,
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from labcontract.facts import BlockDevice, DeclaredDut, HostFacts
+from labcontract.interlock import ObservedState
 from labcontract.protocol import HealthCheck
 
 __all__ = ["PLATFORM_METHODS", "Platform", "Run", "current", "for_name", "platform_name", "run_command"]
@@ -103,6 +106,13 @@ class Platform(Protocol):
         platform when it has no counterpart here."""
         ...
 
+    def observe_dut(self, path: str) -> ObservedState:
+        """The DUT at ``path`` as the safety interlock judges it (:func:`labcontract.interlock.refusal_reasons`):
+        exists, mount points, signatures, holders, whether it backs the OS; a probe that failed is its
+        ``probe_error`` (refused), never an exception. Linux: :func:`labcontract.interlock.observe`; Windows:
+        ``Get-Disk`` / ``Get-Partition`` (:mod:`agents.platform.windows_interlock`)."""
+        ...
+
     # ------------------------------------------------------------------ process supervision
     def start_detached(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         """Start ``argv`` in ``cwd`` detached from the agent (own session / process group), its output going
@@ -141,8 +151,8 @@ class Platform(Protocol):
 
 
 PLATFORM_METHODS = ("with_run", "host_facts", "block_devices", "declare_dut", "fio_filename", "fio_engine",
-                    "start_detached", "start_token", "alive", "terminate", "kill", "boot_id", "device_checks",
-                    "smart_check")
+                    "observe_dut", "start_detached", "start_token", "alive", "terminate", "kill", "boot_id",
+                    "device_checks", "smart_check")
 """Every method of :class:`Platform` (conformance tests check each implementation has them all)."""
 
 _CURRENT: Platform | None = None

@@ -27,6 +27,7 @@ from agents.platform.linux_sysfs import (
     read_text,
     under,
 )
+from labcontract import interlock
 from labcontract.engines import LINUX_IOENGINES, engine_for
 from labcontract.facts import BlockDevice, DeclaredDut, HostFacts
 from labcontract.protocol import HealthCheck
@@ -116,6 +117,10 @@ class LinuxPlatform:
     def fio_engine(self, declared: str) -> str:
         """The declared engine as is, if Linux fio has it (``windowsaio`` is refused: a Windows engine)."""
         return engine_for(self.name, declared)
+
+    def observe_dut(self, path: str) -> interlock.ObservedState:
+        """:func:`labcontract.interlock.observe` (mountinfo, sysfs, wipefs / blkid, lsblk), unchanged."""
+        return interlock.observe(path)
 
     # ------------------------------------------------------------------ process supervision
     def start_detached(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:

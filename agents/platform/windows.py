@@ -13,6 +13,8 @@ contract take only ``/``-rooted paths, and Win32 reads ``//./`` as the device na
 :meth:`WindowsPlatform.fio_filename` writes it the way fio's HOWTO documents (``\\\\.\\PhysicalDriveN``,
 each ``:`` escaped as ``\\:``); the job-file check takes exactly that form besides ``/``-rooted paths and reads
 it back as the contract path. :meth:`WindowsPlatform.fio_engine` runs a suite's Linux engine as ``windowsaio``.
+:meth:`WindowsPlatform.observe_dut` gives the safety interlock its view of a disk
+(:mod:`agents.platform.windows_interlock`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from pathlib import Path
 
 from agents.platform import MAX_OUTPUT_BYTES, Run, run_command
 from agents.platform.common import PLACEHOLDERS, device_checks, fio_version, read_int, read_text
+from agents.platform.windows_interlock import observe_drive
 from labcontract.engines import WINDOWS_IOENGINES, engine_for
 from labcontract.errors import ConfigError, InputError, Problem
 from labcontract.facts import BlockDevice, DeclaredDut, HostFacts
+from labcontract.interlock import ObservedState
 from labcontract.protocol import HealthCheck
 
 __all__ = ["CREATION_FLAGS", "QUERIES", "WindowsPlatform", "contract_path", "native_path"]
@@ -63,6 +67,14 @@ QUERIES: dict[str, str] = {
                    "Temperature=$r.Temperature; Wear=$r.Wear; ReadErrorsUncorrected=$r.ReadErrorsUncorrected; "
                    "WriteErrorsUncorrected=$r.WriteErrorsUncorrected; PowerOnHours=$r.PowerOnHours} "
                    "| ConvertTo-Json -Compress",
+    # @N@: a drive number (an int checked by the caller); the interlock's view of a DUT disk (windows_interlock):
+    # [] when there is no such disk, its partitions' letters and access paths
+    "disk_state": "ConvertTo-Json -Compress -InputObject @(Get-Disk | Where-Object Number -eq @N@ | Select-Object "
+                  "Number,IsOffline,IsBoot,IsSystem,IsReadOnly,NumberOfPartitions,"
+                  "@{n='PartitionStyle';e={[string]$_.PartitionStyle}})",
+    "partitions": "ConvertTo-Json -Compress -Depth 4 -InputObject @(Get-Partition -DiskNumber @N@ -ErrorAction Stop | "
+                  "Select-Object PartitionNumber,@{n='DriveLetter';e={[string]$_.DriveLetter}},AccessPaths,"
+                  "@{n='Type';e={[string]$_.Type}},IsBoot,IsSystem)",
     # @N@: a pid (an int checked by the caller); the start time as a FILETIME (100 ns since 1601, UTC)
     "process_start": "$p = Get-Process -Id @N@ -ErrorAction SilentlyContinue; "
                      "if ($p) { $p.StartTime.ToFileTimeUtc() }",
@@ -286,6 +298,11 @@ class WindowsPlatform:
         """libaio, io_uring and posixaio (Linux's asynchronous engines) run as ``windowsaio``; sync, psync and
         windowsaio as they are; pvsync2 is refused (:mod:`labcontract.engines`, docs/windows.md)."""
         return engine_for(self.name, declared)
+
+    def observe_dut(self, path: str) -> ObservedState:
+        """The disk as the safety interlock sees it, from ``Get-Disk`` and ``Get-Partition``
+        (:mod:`agents.platform.windows_interlock`); a failed query is a ``probe_error`` (refused)."""
+        return observe_drive(lambda name, n: self._query(name, n), path, drive_number(path))
 
     # ------------------------------------------------------------------ process supervision
     def start_detached(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:

@@ -112,7 +112,7 @@ def submission_problems(session: Session, host_name: str, devices: Sequence[str]
             seen[dev.path] = device
             named.append(dev)
     if suite is not None:
-        problems += engine_problems(suite, host)
+        problems += engine_problems(suite, host) + linux_only_problems(suite, host)
     if suite is not None and named:
         # sizes against the registered capacity of the smallest named device (a group shares one job)
         smallest = min(named, key=lambda d: d.size_bytes)
@@ -133,6 +133,19 @@ def engine_problems(suite: Suite, host: Host) -> list[Problem]:
         if why is not None:
             out.append(Problem("ioengine", f"{why} (host {host.name} runs {OS_NAMES[str(family)]})"))
     return out
+
+
+def linux_only_problems(suite: Suite, host: Host) -> list[Problem]:
+    """What of the suite only Linux agents run (purge, network and application steps: their agents' kinds use
+    Linux tools; agents.kinds.StepKind.platforms) when the host registered that it runs Windows."""
+    if (host.facts or {}).get("os_family") != "windows":
+        return []
+    parts = (("phases.purge", suite.phases.purge, "a purge"), ("phases.provision", suite.phases.provision,
+                                                                 "provisioning (Ansible's lab_dut)"),
+             ("network", suite.network is not None, "a network suite"), ("kind", suite.kind != "fio",
+                                                                        f"a {suite.kind} application suite"))
+    return [Problem(key, f"{what} runs on Linux agents only; host {host.name} runs Windows")
+            for key, on, what in parts if on]
 
 
 class CommandsMixin(AdminMixin):
@@ -195,6 +208,10 @@ class CommandsMixin(AdminMixin):
             if cmd.devices:
                 problems.append(Problem("--device", "a network suite measures paths, not DUTs: name no device"))
             problems += netgroups.net_problems(s, suite, cmd.host or None, cmd.initiators, cmd.repeat)
+            hosts = net_hosts_of(suite, cmd.host or None, cmd.initiators)
+            for name in dict.fromkeys((hosts.target, *hosts.initiators)):
+                known = s.get(Host, name)
+                problems += linux_only_problems(suite, known) if known is not None else []
             return suite, problems
         if suite is None and not cmd.devices and cmd.initiators:
             return suite, problems        # a network suite that does not parse: its problems are the news

@@ -76,6 +76,36 @@ def test_an_engine_the_hosts_os_lacks_is_refused_at_submit(env: Any) -> None:
     assert with_engine("windowsaio", "h1", "r5").ok, "h1 registered no OS family: its agent judges"
 
 
+def test_what_only_linux_agents_run_is_refused_for_a_windows_host_at_submit(env: Any) -> None:
+    """Purge, provisioning, application and network suites need Linux agents' kinds (agents.kinds
+    StepKind.platforms): on a host that registered Windows they are submission errors naming the host."""
+    ctl, *_ = env
+    for host, family in (("lin", "linux"), ("win", "windows")):
+        ctl.handle_event(Register(host=host, agent_version="0.1.0", facts=HostFacts(hostname=host, os_family=family),
+                                  duts=(DeclaredDut(name="dut0", path="/dev/loop7" if family == "linux"
+                                                    else "//./PhysicalDrive2", kind="block", size_bytes=1 << 30),)))
+
+    def sub(text: str, host: str, run_id: str, **kw: Any) -> Any:
+        kw.setdefault("devices", ("dut0",))
+        return ctl.submit(Submit(run_id=run_id, suite_source="s.yaml", suite_text=text, host=host, reply_to="-",
+                                 **kw))
+
+    purge = SUITE.replace("suite: two\n", "suite: two\nphases: {purge: true}\n")
+    r = sub(purge, "win", "r1")
+    assert not r.ok and r.errors == ("phases.purge: a purge runs on Linux agents only; host win runs Windows",)
+    app = ("suite: oltp\nkind: sysbench\ndevices: 1\n"
+           "sysbench: {tables: 1, table_size: 100, threads: [2], time: 2}\n")
+    r = sub(app, "win", "r2")
+    assert not r.ok and r.errors == (
+        "kind: a sysbench application suite runs on Linux agents only; host win runs Windows",), r.errors
+    net = ("suite: net\nnetwork: {paths: [a]}\n"
+           "profiles:\n  - {name: seq-128k-read, rw: read, bs: 128k, runtime: 5s}\n")
+    r = sub(net, "lin", "r3", devices=(), initiators=("win",))
+    assert not r.ok and "network: a network suite runs on Linux agents only; host win runs Windows" in r.errors
+    assert sub(purge, "lin", "r4").ok and sub(app, "lin", "r5").ok and sub(SUITE, "win", "r6").ok
+    assert sub(purge, "h1", "r7").ok, "h1 registered no OS family: its agent judges"
+
+
 def test_rejected_submission_creates_nothing(env: Any) -> None:
     ctl, disp, _clock, db = env
     submit(ctl, device="nope")
