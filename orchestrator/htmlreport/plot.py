@@ -14,7 +14,7 @@ import re
 import struct
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
@@ -58,6 +58,24 @@ def legend_height(entries: int, *, ncol: int = 1, fontsize: float = 7.0) -> floa
     """Inches a legend of ``entries`` lines takes (for a legend placed above the axes)."""
     rows = -(-max(entries, 1) // ncol)
     return 0.12 + rows * fontsize * 1.5 / 72
+
+
+def grouped_rows(groups: Sequence[str], names: Sequence[str], gap: float = 0.6) -> tuple[list[float], list[float]]:
+    """The y of each row of a horizontal chart whose rows come in runs of one group (``groups[i]``: row i's
+    group), a ``gap`` between runs; and the y of each group of ``names`` (its label: the middle of its rows)."""
+    ys: list[float] = []
+    y, prev = 0.0, None
+    for group in groups:
+        if prev is not None and group != prev:
+            y += gap
+        ys.append(y)
+        prev = group
+        y += 1.0
+    ticks = []
+    for name in names:
+        pos = [yy for yy, group in zip(ys, groups, strict=True) if group == name]
+        ticks.append(sum(pos) / len(pos))
+    return ys, ticks
 
 
 def text_width(text: str, fontsize: float = 9.0) -> float:

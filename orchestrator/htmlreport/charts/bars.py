@@ -91,18 +91,7 @@ def bar_figure(ctx: ReportContext, fid: str, title: str, axis: str, bars: list[B
     cats = list(dict.fromkeys(b.category for b in bars))
     ordered = [b for c in cats for b in sorted((b for b in bars if b.category == c),
                                                  key=lambda b: -b.raw if higher_better else b.raw)]
-    ys: list[float] = []
-    ticks: list[float] = []
-    y, prev = 0.0, None
-    for b in ordered:
-        if prev is not None and b.category != prev:
-            y += 0.6
-        ys.append(y)
-        prev = b.category
-        y += 1.0
-    for c in cats:
-        pos = [yy for yy, b in zip(ys, ordered, strict=True) if b.category == c]
-        ticks.append(sum(pos) / len(pos))
+    ys, ticks = plot.grouped_rows([b.category for b in ordered], cats)
     rows: list[list[str]] = []
     rank, prev = 0, None
     legend_h = plot.legend_height(len({b.view.label(b.op_mode) for b in ordered}))

@@ -109,18 +109,7 @@ def _figure(ctx: ReportContext, c: Comparison, metric: Metric) -> Figure | None:
     if not points:
         return None
     fid = f"compare-{metric.name.replace('.', '-')}"
-    ys: list[float] = []
-    ticks: list[float] = []
-    y, prev = 0.0, None
-    for p in points:
-        if prev is not None and p.cell != prev:
-            y += 0.6
-        ys.append(y)
-        prev = p.cell
-        y += 1.0
-    for name in cells:
-        pos = [yy for yy, p in zip(ys, points, strict=True) if p.cell == name]
-        ticks.append(sum(pos) / len(pos))
+    ys, ticks = plot.grouped_rows([p.cell for p in points], cells)
     runs = sorted({p.run for p in points})
     legend_h = plot.legend_height(len(runs))
     labelled = sum(1 for p in points if p.text) <= MAX_LABELS
