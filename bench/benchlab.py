@@ -28,20 +28,21 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from labcontract.errors import ServiceError
+from labcontract.errors import FioError, ServiceError
 from labcontract.fioresult import parse_fio_output
+from labcontract.fioseries import split_status_stream
 from labcontract.protocol import events_stream
 from labcontract.suite import Suite
 from labcontract.transport import redis_client
 from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import Dut, Lab, wait_for
 from orchestrator.queries import RunDetail, run_detail
+from orchestrator.states import TERMINAL_RUN
 from orchestrator.stats.summary import Summary, summarize
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host, Run
 
 HOST = "bench-host"
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -71,7 +72,7 @@ class BenchLab:
         cursor = last[0][0] if last else "0-0"
         deadline = time.monotonic() + timeout
         ended = False                        # the last event was a step's end: the store is about to change
-        while (state := self.run_state(run_id)) not in TERMINAL:
+        while (state := self.run_state(run_id)) not in TERMINAL_RUN:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ServiceError(f"timed out after {timeout:.0f}s waiting for run {run_id} (state {state})")
@@ -200,14 +201,10 @@ def proc_cpu(stat: str, tick: int = TICK) -> tuple[float, float]:
 
 def last_report(text: str | bytes) -> dict[str, Any]:
     """fio's final JSON report: with ``--status-interval`` it prints one full report after another."""
-    raw = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text
-    pos = raw.find("\n{") + 1 if not raw.startswith("{") else 0
-    decoder = json.JSONDecoder()
-    report: Any = None
-    while 0 <= pos < len(raw) and raw[pos] == "{":
-        report, pos = decoder.raw_decode(raw, pos)
-        while pos < len(raw) and raw[pos].isspace():
-            pos += 1
+    try:
+        report = json.loads(split_status_stream(text)[-1])
+    except FioError as e:
+        raise ValueError(f"no fio JSON report found: {e}") from None
     if not isinstance(report, dict):
         raise ValueError("no fio JSON report found")
     return report
