@@ -152,6 +152,20 @@ def site_yml(hosts: SshHosts, inventory: Path) -> subprocess.CompletedProcess[st
                           capture_output=True, text=True, timeout=300, cwd=hosts.root)
 
 
+Recap = dict[str, dict[str, int]]
+
+
+def site_run(hosts: SshHosts, inventory: Path) -> tuple[subprocess.CompletedProcess[str], float, Recap]:
+    """A site.yml run that succeeded on every host: its output, its seconds and its recap per host."""
+    started = time.monotonic()
+    res = site_yml(hosts, inventory)
+    seconds = time.monotonic() - started
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-3000:]
+    stats = recap(res.stdout)
+    assert set(stats) == {h.name for h in hosts}
+    return res, seconds, stats
+
+
 def recap(output: str) -> dict[str, dict[str, int]]:
     """PLAY RECAP lines: host -> {ok, changed, unreachable, failed, ...}."""
     stats = {}
@@ -183,12 +197,7 @@ def test_site_yml_deploys_a_working_lab_and_runs_twice_without_change(site_hosts
     certs = make_certs(tmp_path / "certs", server_ips=[ctl.address])
     inventory = site_inventory(hosts, tmp_path / "hosts.yml", ports, certs)
 
-    started = time.monotonic()
-    first = site_yml(hosts, inventory)
-    first_s = time.monotonic() - started
-    assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
-    stats = recap(first.stdout)
-    assert set(stats) == {h.name for h in hosts}
+    _, first_s, stats = site_run(hosts, inventory)
     assert all(s["failed"] == 0 and s["unreachable"] == 0 for s in stats.values()), stats
 
     # the deployed files: AOF on, TLS only, the ACL file (hashes only), the rules and the inventory's file_sd targets
@@ -267,11 +276,6 @@ def test_site_yml_deploys_a_working_lab_and_runs_twice_without_change(site_hosts
     wait_for(all_up, 60, "Prometheus to scrape both agents and the controller", interval=0.5)
 
     # a second run changes nothing
-    started = time.monotonic()
-    second = site_yml(hosts, inventory)
-    second_s = time.monotonic() - started
-    assert second.returncode == 0, second.stdout[-6000:] + second.stderr[-3000:]
-    stats = recap(second.stdout)
-    assert set(stats) == {h.name for h in hosts}
+    second, second_s, stats = site_run(hosts, inventory)
     assert all(s["changed"] == 0 and s["failed"] == 0 for s in stats.values()), (stats, changed_tasks(second.stdout))
     print(f"\nFIGURE site.yml over 3 namespace hosts: first run {first_s:.0f}s, second run (no change) {second_s:.0f}s")
