@@ -12,12 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents.platform import Run, current
-from agents.platform.linux import nvme_critical_warning, smartctl_health
 from labcontract.facts import DeclaredDut
 from labcontract.protocol import HealthCheck
 
-__all__ = ["Run", "device_checks", "nvme_critical_warning", "run_checks", "self_test", "smart_check",
-           "smartctl_health"]
+__all__ = ["Run", "device_checks", "run_checks", "self_test", "smart_check"]
 
 
 def self_test(host: str, state_dir: Path, fio_binary: str) -> HealthCheck:

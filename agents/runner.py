@@ -29,6 +29,7 @@ detached process group on Windows).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -104,12 +105,14 @@ class Attempt:
         except (OSError, ValueError):
             return None
 
-    def alive(self) -> bool:
+    def alive(self, platform: Platform | None = None) -> bool:
+        """Whether the recorded process is still the one started for this attempt (pid + start token), asked of
+        ``platform`` (the runner's; None: this host's)."""
         st = self.state()
         pid, ticks = st.get("pid"), st.get("start_ticks")    # "start_ticks": the platform's start token
         if not isinstance(pid, int):
             return False
-        return ticks is not None and current().alive(pid, ticks)
+        return ticks is not None and (platform or current()).alive(pid, ticks)
 
 
 class FioRunner:
@@ -197,12 +200,18 @@ class FioRunner:
             notify = self.on_exit
             threading.Thread(target=lambda: (proc.wait(), notify()), name=f"wait-{proc.pid}", daemon=True).start()
         state = {"pid": proc.pid, "pgid": proc.pid, "start_ticks": self.platform.start_token(proc.pid),
-                 "launched_at": launched, "launched_mono": launched_mono, "boot_id": self.platform.boot_id(),
+                 "launched_at": launched, "launched_mono": launched_mono, "boot_id": self.boot,
                  "timeout_s": msg.timeout_s, "deadline": launched + msg.timeout_s,
                  "job_sha256": hashlib.sha256(job.encode()).hexdigest(),
                  "action": kind.action, "command_version": kind.command_version}
         (path / "state.json").write_text(json.dumps(state))
         return attempt, True
+
+    @functools.cached_property
+    def boot(self) -> str:
+        """This boot's id, read once (it cannot change while the agent runs; on Windows each read is a
+        PowerShell query, and the timeout check asks for it on every poll)."""
+        return self.platform.boot_id()
 
     def running(self, attempt: Attempt) -> bool:
         proc = self._children.get(attempt.attempt_id)
@@ -211,7 +220,7 @@ class FioRunner:
                 return True
             del self._children[attempt.attempt_id]
             return False
-        return attempt.alive()
+        return attempt.alive(self.platform)
 
     def signal(self, attempt: Attempt, sig: int) -> None:
         """End the attempt's process group: at once for SIGKILL, else asking it to (the platform's way)."""
@@ -310,12 +319,11 @@ class FioRunner:
             timeout, elapsed = deadline - launched, time.time() - launched    # a state.json of an older agent
         return elapsed > timeout
 
-    @staticmethod
-    def elapsed(attempt: Attempt) -> float | None:
+    def elapsed(self, attempt: Attempt) -> float | None:
         """Seconds since the attempt's process was launched, on this host's clocks (None: not recorded)."""
         st = attempt.state()
         mono, boot, launched = st.get("launched_mono"), st.get("boot_id"), st.get("launched_at")
-        if isinstance(mono, (int, float)) and boot and boot == boot_id():
+        if isinstance(mono, (int, float)) and boot and boot == self.boot:
             return time.monotonic() - mono
         if isinstance(launched, (int, float)):
             return time.time() - launched

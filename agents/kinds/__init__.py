@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, ClassVar
 from agents.platform import Platform, current
 from labcontract import interlock
 from labcontract.apps import AppStart
+from labcontract.engines import OS_NAMES
 from labcontract.errors import DeviceRefused, FioError
 from labcontract.facts import DeclaredDut, NetPathDecl
 from labcontract.live import AppLive, DeviceLive
@@ -47,7 +48,10 @@ __all__ = ["Host", "Launch", "LiveFigures", "StepKind", "Targets", "actions", "a
 
 
 def same_device(a: str, b: str) -> bool:
-    """Whether two paths name one device (symlinks such as /dev/disk/by-id resolved)."""
+    """Whether two paths name one device (symlinks such as /dev/disk/by-id resolved). A Windows device-namespace
+    path (``//./PhysicalDriveN``) names a device only exactly: it has no symlinks to resolve."""
+    if a.startswith("//./") or b.startswith("//./"):
+        return a == b
     return a == b or os.path.realpath(a) == os.path.realpath(b)
 
 
@@ -180,14 +184,11 @@ def get(action: str) -> StepKind:
     return kind
 
 
-_OS_NAMES = {"linux": "Linux", "windows": "Windows"}
-
-
 def platform_refusal(kind: StepKind, platform: str) -> str | None:
     """Why ``kind`` is not started on an agent whose platform is ``platform`` (None: it runs there)."""
     if platform in kind.platforms:
         return None
-    where = " and ".join(_OS_NAMES.get(p, p) for p in sorted(kind.platforms)) or "no"
+    where = " and ".join(OS_NAMES.get(p, p) for p in sorted(kind.platforms)) or "no"
     return f"step kind {kind.action} runs on {where} agents only (docs/windows.md)"
 
 

@@ -52,19 +52,13 @@ def checked_job(msg: StartStep, duts: Sequence[DeclaredDut], platform: Platform)
     return CheckedJob(text, sections, written_duts(sections, duts))
 
 
-def _same_dut(name: str, path: str) -> bool:
-    """A Windows device-namespace path (``//./PhysicalDriveN``) names a DUT only exactly; any other path also
-    through its symlinks (``/dev/disk/by-id``)."""
-    return name == path if name.startswith("//./") or path.startswith("//./") else same_device(name, path)
-
-
 def written_duts(sections: Sequence[JobSection], duts: Sequence[DeclaredDut]) -> tuple[DeclaredDut, ...]:
     """The declared DUTs the checked job's sections write, each once; FioError when a section opens a file that
     is none of ``duts``."""
     written: list[DeclaredDut] = []
     for sec in sections:
         for name in sec.filenames:
-            dut = next((d for d in duts if _same_dut(name, d.path)), None)
+            dut = next((d for d in duts if same_device(name, d.path)), None)
             if dut is None:
                 raise FioError(f"job file refused: job {sec.name} opens {name}, not a declared DUT this step names "
                                f"({', '.join(d.path for d in duts) or 'none'})")

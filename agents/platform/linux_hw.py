@@ -1,6 +1,6 @@
 """Linux platform facts a review lists beside its figures: DMI, CPU sockets, PCI storage controllers, block drivers.
 
-Moved from ``agents.hwfacts`` (which re-exports it) into the Linux platform (:mod:`agents.platform.linux`);
+Moved from ``agents.hwfacts`` into the Linux platform (:mod:`agents.platform.linux`);
 same rules as :mod:`agents.platform.linux_sysfs`: read-only, from ``/sys`` and ``/proc`` under ``sys_root``; the
 one command, ``lspci -mm -s SLOT`` (a controller's human name), runs only on the real root, only if lspci is
 installed, with a timeout. Anything the host does not expose (a VM has no DMI, some DMI files are root-only)
