@@ -202,6 +202,8 @@ def _validate_host(name: str, groups: list[str], merged: _Merged, fallback: Path
     except ValidationError as e:
         problems += [Problem(_where(merged, p.location, fallback), p.message) for p in problems_from(e)]
         return None
+    problems += [Problem(_where(merged, loc, fallback), msg)
+                 for loc, msg in _same_disk_checks(hv, _raw_items(merged.values, "duts"))]
     if "agents" in groups and WINDOWS_GROUP in groups:
         problems.append(Problem(str(fallback), f"all.children: host {name} is in agents (Linux) and in "
                                                f"{WINDOWS_GROUP}: one or the other"))
@@ -210,6 +212,20 @@ def _validate_host(name: str, groups: list[str], merged: _Merged, fallback: Path
                      for loc, msg in _host_checks(hv, "agents" in groups, WINDOWS_GROUP in groups)]
     return Host(name=name, groups=tuple(groups), vars=merged.values, duts=hv.duts, nics=hv.nics,
                 ansible_host=hv.ansible_host, metrics_address=hv.metrics_address)
+
+
+def _same_disk_checks(hv: HostVars, raw: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Two spellings of one Windows disk (``PhysicalDrive1`` and ``\\\\.\\PhysicalDrive01``): the same path once
+    validated; a path written twice alike is :func:`_duplicate_checks`' to report."""
+    first: dict[str, tuple[int, object]] = {}
+    out = []
+    for i, dut in enumerate(hv.duts):
+        given = raw[i].get("path") if i < len(raw) else None
+        if dut.path in first and first[dut.path][1] != given:
+            j, other = first[dut.path]
+            out.append((f"duts[{i}].path", f"{given!r} is the disk of duts[{j}] ({other!r}): {dut.path}"))
+        first.setdefault(dut.path, (i, given))
+    return out
 
 
 def _duplicates(items: Iterable[tuple[str, str | None]]) -> list[tuple[str, str]]:

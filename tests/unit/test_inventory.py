@@ -274,7 +274,12 @@ def test_windows_disks_are_refused_where_they_cannot_be_and_every_problem_is_nam
               - {name: f, kind: physicaldrive, path: '\\\\.\\PhysicalDrive6', serial: S6, scheduler: none}
               - {name: g, kind: physicaldrive, path: '\\\\.\\PhysicalDrive77777', serial: S7}
         """,
-        "host_vars/w2.yml": "duts:\n  - {name: l, kind: loop, path: /dev/loop3}\n",
+        "host_vars/w2.yml": """\
+            duts:
+              - {name: l, kind: loop, path: /dev/loop3}
+              - {name: m, kind: physicaldrive, path: PhysicalDrive1, serial: SM}
+              - {name: n, kind: physicaldrive, path: '\\\\.\\PhysicalDrive01', serial: SN}
+        """,
     })
     with pytest.raises(InventoryError) as err:
         load_inventory(root)
@@ -288,5 +293,7 @@ def test_windows_disks_are_refused_where_they_cannot_be_and_every_problem_is_nam
         "w1.yml: duts[4]: allow: purge, OP modes and I/O tuning run through Linux tools",
         "w1.yml: duts[5]: scheduler: purge, OP modes",
         "w2.yml: duts[0].kind: loop: a Windows host's DUT is a physicaldrive",
+        "w2.yml: duts[2].path: '\\\\\\\\.\\\\PhysicalDrive01' is the disk of duts[1] ('PhysicalDrive1'): "
+        "//./PhysicalDrive1",
     ):
         assert expected in text, (expected, text)
