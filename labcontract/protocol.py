@@ -376,6 +376,9 @@ Role = Literal["viewer", "engineer", "admin"]
 MAX_ROUNDS_CAP = 100_000       # labcontract.suite's own bound on a precondition's max_rounds
 
 
+MAX_PRIORITY = 1_000_000       # a run's priority is within +-this (labctl's options say so before sending)
+
+
 class Submit(Message):
     type: Literal["submit"] = "submit"
     run_id: Annotated[str, Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]{0,31}|-)$"),
@@ -388,7 +391,7 @@ class Submit(Message):
     runtime_override: Annotated[int, Field(ge=1, le=MAX_RUNTIME_S)] | None = None
     scale: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)] | None = None
     live: bool = True              # per-second snapshots (live telemetry, series) for every fio step
-    priority: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] = 0   # higher first
+    priority: Annotated[int, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)] = 0   # higher first
     not_before: StartFloat | None = None   # epoch seconds
     expires_at: StartFloat | None = None   # epoch seconds: expire if not started by then
     max_rounds: Annotated[int, Field(ge=1, le=MAX_ROUNDS_CAP)] | None = None   # caps the suite's precondition

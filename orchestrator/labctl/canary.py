@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from labcontract.errors import Problem, SubmissionError
-from labcontract.protocol import Reply, ScheduleAdd, Submit
+from labcontract.protocol import MAX_PRIORITY, Reply, ScheduleAdd, Submit
 from orchestrator.canary import CHECK, QUARANTINE_ACTOR, SUITE, schedule_name
 from orchestrator.labctl.client import ControllerClient, _reply_to
 from orchestrator.labctl.common import State, fails_cleanly, out, reply_or_fail, sessions_or_fail
@@ -64,7 +64,8 @@ def canary_add(
     quarantine: Annotated[bool, typer.Option("--quarantine", help="Quarantine the DUT when its canary "
                                                                   "drifts (labctl hosts release returns it).")]
     = False,
-    priority: Annotated[int, typer.Option(help="Queue priority of each canary run.")] = 0,
+    priority: Annotated[int, typer.Option(min=-MAX_PRIORITY, max=MAX_PRIORITY,
+                                          help="Queue priority of each canary run.")] = 0,
 ) -> None:
     """Run the built-in canary suite on a DUT on a schedule (default nightly at 03:00)."""
     from labcontract.transport import redis_client

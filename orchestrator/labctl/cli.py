@@ -12,6 +12,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from labcontract.protocol import MAX_PRIORITY
+from labcontract.suite import MAX_REPEAT
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
 from orchestrator.labctl.analyze import analyze_app
 from orchestrator.labctl.apicmds import ApiOptions, api_client
@@ -137,7 +139,7 @@ def suite_render(
     = None,
     runtime: Annotated[int | None, typer.Option(help="Set every measured cell's runtime (s).")] = None,
     scale: Annotated[float | None, typer.Option(help="Multiply every duration by this factor.")] = None,
-    repeat: Annotated[int | None, typer.Option(min=1, max=50, help="Run every measured cell this many times "
+    repeat: Annotated[int | None, typer.Option(min=1, max=MAX_REPEAT, help="Run every measured cell this many times "
                                                                    "(replaces the suite's repeat).")] = None,
 ) -> None:
     """Print the plan: every step, and the exact fio job file of each fio step."""
@@ -178,7 +180,8 @@ def submit(
     wait: Annotated[bool, typer.Option(help="Watch the run until it ends, then print its results.")] = False,
     live: Annotated[bool, typer.Option(help="Per-second fio snapshots for every step (live telemetry and "
                                             "series); preconditioning always has them.")] = True,
-    priority: Annotated[int, typer.Option(help="Higher runs first; a waiting run reserves its devices against "
+    priority: Annotated[int, typer.Option(min=-MAX_PRIORITY, max=MAX_PRIORITY,
+                                          help="Higher runs first; a waiting run reserves its devices against "
                                                "lower priorities.")] = 0,
     at: Annotated[str | None, typer.Option(help="Not before: 22:00, 'tonight 22:00', 'tomorrow 06:00', +2h, "
                                                 "or YYYY-MM-DD HH:MM.")] = None,
@@ -187,7 +190,7 @@ def submit(
     max_rounds: Annotated[int | None, typer.Option(min=1, max=100_000, help="Stop preconditioning after this many "
                                                                             "rounds (caps the suite's max_rounds)."
                                                    )] = None,
-    repeat: Annotated[int | None, typer.Option(min=1, max=50, help="Run every measured cell this many times "
+    repeat: Annotated[int | None, typer.Option(min=1, max=MAX_REPEAT, help="Run every measured cell this many times "
                                                                    "(replaces the suite's repeat).")] = None,
 ) -> None:
     """Queue a suite on a host's device(s); prints the run id."""

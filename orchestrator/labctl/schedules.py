@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from labcontract.errors import LabError
+from labcontract.protocol import MAX_PRIORITY
 from orchestrator.labctl.common import SUITE_HELP, State, fails_cleanly, out, reply_or_fail
 from orchestrator.labctl.common import sessions_or_fail as _sessions
 
@@ -22,7 +23,7 @@ def schedule_add(
     cron: Annotated[str, typer.Option(help="Cron expression (local time), e.g. '0 22 * * 1-5'.")],
     host: Annotated[str, typer.Option(help="Host to run on.")],
     device: Annotated[list[str], typer.Option(help="Declared DUT (repeat for a device group).")],
-    priority: Annotated[int, typer.Option()] = 0,
+    priority: Annotated[int, typer.Option(min=-MAX_PRIORITY, max=MAX_PRIORITY)] = 0,
     runtime: Annotated[int | None, typer.Option(help="Set every measured cell's runtime (s).")] = None,
     scale: Annotated[float | None, typer.Option(help="Multiply every duration by this factor.")] = None,
     expires_after: Annotated[str | None, typer.Option(help="Each run expires if not started this long after "

@@ -195,3 +195,19 @@ def test_export_writes_tables(store: list[str], tmp_path: Path) -> None:
     assert json.loads((tmp_path / "o" / "export.json").read_text())["results"][0]["run"] == "other"
     res = runner.invoke(app, [*store, "export", "stock-run", "--format", "csv", "--table", "all"])
     assert res.exit_code == 2 and "give --output DIR" in res.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["submit", "demo", "--host", "h", "--device", "d", "--priority", "2000000"],
+    ["schedule", "add", "n", "demo", "--cron", "0 3 * * *", "--host", "h", "--device", "d", "--priority", "-1000001"],
+    ["canary", "add", "h", "d", "--priority", "99999999999"],
+    ["submit", "demo", "--host", "h", "--device", "d", "--repeat", "51"],
+])
+def test_out_of_range_priorities_and_repeats_are_refused_before_anything_is_read_or_sent(
+        tmp_path: Path, argv: list[str]) -> None:
+    """The command's own bounds are the protocol's (MAX_PRIORITY, MAX_REPEAT): a usage error naming the option,
+    never a traceback from building the message, and no store is opened."""
+    res = runner.invoke(app, ["--lab-dir", str(tmp_path / "nolab"), *argv])
+    assert res.exit_code == 2, res.output
+    assert "Invalid value" in res.output and ("--priority" in res.output or "--repeat" in res.output), res.output
+    assert not (tmp_path / "nolab").exists()
