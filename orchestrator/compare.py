@@ -14,6 +14,7 @@ fields are stable for scripts (docs/metrics.md, "Comparing runs"; docs/statistic
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -99,6 +100,11 @@ class Comparison:
     def judged(self) -> list[Metric]:
         """The metrics whose verdict the table shows (cellmetrics.HEADLINE); JSON and CSV carry every one."""
         return [m for m in self.metrics if m.diff and m.name in HEADLINE]
+
+    @functools.cached_property
+    def oses(self) -> list[tuple[str | None, str | None]]:
+        """Each run's (os, os_family) as its results recorded the host (:func:`run_os`), once per comparison."""
+        return [run_os(d) for d in self.details]
 
     @property
     def repeated(self) -> bool:
@@ -217,7 +223,7 @@ def as_json(c: Comparison) -> str:
     """The comparison as one JSON document (fields in docs/metrics.md); missing values are null."""
     runs = [{"ref": ref_name(i), "id": d.run.id, "suite": d.run.suite_name, "host": d.run.host,
              "devices": list(d.run.devices or [d.run.device]), "op_modes": op_modes(st.cell for st in d.steps),
-             "state": d.run.state, "partial": c.partial(i), "os": run_os(d)[0], "os_family": run_os(d)[1]}
+             "state": d.run.state, "partial": c.partial(i), "os": c.oses[i][0], "os_family": c.oses[i][1]}
             for i, d in enumerate(c.details)]
     diffed = [m for m in c.metrics if m.diff]
     cells = [{"cell": row.label, "key": dict(row.key),

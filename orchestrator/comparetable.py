@@ -23,7 +23,7 @@ from rich.console import Console
 
 from orchestrator.cellmetrics import HEADLINE, Metric
 from orchestrator.cells import op_modes
-from orchestrator.compare import ALPHA, CANNOT_JUDGE, Comparison, Row, ref_name, run_os
+from orchestrator.compare import ALPHA, CANNOT_JUDGE, Comparison, Row, ref_name
 from orchestrator.stats.significance import test_for
 
 TEST_NAMES = {"welch": "Welch's t-test", "mann-whitney": "Mann-Whitney U"}
@@ -36,9 +36,9 @@ def run_line(c: Comparison, i: int) -> str:
     modes = "/".join(op_modes(st.cell for st in d.steps)) or "-"
     where = (f"{(r.topology or {}).get('target', r.host)} <- {', '.join((r.topology or {}).get('initiators', []))}"
              if c.network else f"{r.host}:{','.join(r.devices or [r.device])}")
-    os_name = run_os(d)[0]
+    os_name = c.oses[i][0]
     # the OS only when the runs differ in it (one device under Linux and under Windows)
-    on = f", {os_name or 'OS unknown'}" if len({run_os(x)[0] for x in c.details}) > 1 else ""
+    on = f", {os_name or 'OS unknown'}" if len({name for name, _ in c.oses}) > 1 else ""
     line = f"{ref_name(i)}: {r.id} (suite {r.suite_name}, {where}{on}, {modes}, {r.state})"
     if c.partial(i):
         done = sum(1 for row in c.rows if any(v is not None for v in row.entries[i].values.values()))
@@ -46,7 +46,8 @@ def run_line(c: Comparison, i: int) -> str:
     return line
 
 
-def _fmt(metric: Metric, v: float | None) -> str:
+def fmt_value(metric: Metric, v: float | None) -> str:
+    """A metric's value as the tables print it ('-': none)."""
     return "-" if v is None else metric.fmt.format(v)
 
 
@@ -83,7 +84,7 @@ def _lines(c: Comparison, metrics: list[Metric]) -> list[Line]:
             run = f"{ref_name(i)}{f' n={n}' if n > 1 else ''} {e.op_mode or ''}".rstrip()
             cells = [run]
             for m in metrics:
-                cells.append(_fmt(m, e.values.get(m.name)))
+                cells.append(fmt_value(m, e.values.get(m.name)))
                 if m.diff:
                     d = row.diff(i, m.name) if i else None
                     cells.append("-" if d is None else f"{d:+.1f}%")

@@ -70,11 +70,12 @@ class RunHistory:
 
 
 def describe(r: Regression) -> str:
-    return (f"{r.metric} {r.change_pct:+.1f}% ({_num(r.before)} -> {_num(r.after)}), "
+    return (f"{r.metric} {r.change_pct:+.1f}% ({figure_text(r.before)} -> {figure_text(r.after)}), "
             f"confidence {r.confidence * 100:.0f}%")
 
 
-def _num(v: float) -> str:
+def figure_text(v: float) -> str:
+    """A history figure in a line or a table: whole numbers from 100 up, three digits below."""
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3g}"
 
 

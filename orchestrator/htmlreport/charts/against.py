@@ -17,16 +17,12 @@ from collections.abc import Sequence
 from orchestrator.cellmetrics import APP_METRICS, STORAGE_METRICS
 from orchestrator.htmlreport import plot
 from orchestrator.htmlreport.model import Figure, FigureItem, ReportContext, RunView, Table, register
-from orchestrator.runhistory import RunHistory, describe
+from orchestrator.runhistory import RunHistory, describe, figure_text
 from orchestrator.stats.history import Regression
 
 MAX_FIGURES = 12        # per run: the largest changes first
 TITLES = {m.name: m.title for m in (*STORAGE_METRICS, *APP_METRICS)} | {"gbps": "Gbps"}
 RULES = {"change": "change point (E-Divisive)", "last": "last-point rule (mean ± max(3 sd, 5%))"}
-
-
-def _num(v: float) -> str:
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3g}"
 
 
 def _figure(view: RunView, hist: RunHistory, reg: Regression, k: int) -> Figure | None:
@@ -43,14 +39,14 @@ def _figure(view: RunView, hist: RunHistory, reg: Regression, k: int) -> Figure 
         ax.plot(xs, values, "o-", color="#555555", markersize=3, linewidth=0.8, label="runs (mean of repeats)")
         ax.plot([xs[at]], [values[at]], "o", color="#d62728", markersize=7, label=f"this run ({view.id})")
         ax.hlines(reg.before, 1, xs[at] - 0.5, colors=view.colour, linestyles="--", linewidth=1.0,
-                  label=f"mean before: {_num(reg.before)}")
+                  label=f"mean before: {figure_text(reg.before)}")
         ax.hlines(reg.after, xs[at] - 0.5, len(values), colors="#d62728", linestyles="--", linewidth=1.0,
-                  label=f"mean after: {_num(reg.after)}")
+                  label=f"mean after: {figure_text(reg.after)}")
         ax.set_xlabel("run (oldest first)")
         ax.set_ylabel(title)
         ax.legend(loc="best", fontsize=7)
         svg = plot.to_svg(fig, fid)
-    row = [reg.cell, title, _num(reg.before), _num(reg.after), f"{reg.change_pct:+.1f}%",
+    row = [reg.cell, title, figure_text(reg.before), figure_text(reg.after), f"{reg.change_pct:+.1f}%",
            f"{reg.confidence * 100:.0f}%", RULES.get(reg.rule, reg.rule)]
     return Figure("history", fid, f"{reg.cell} {title}: {reg.change_pct:+.1f}% against its history", svg,
                   Table(["cell", "figure", "before (mean)", "after (mean)", "change", "confidence", "found by"],

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from labcontract.errors import CompareError
 from orchestrator.cellmetrics import HEADLINE, Metric
 from orchestrator.compare import CANNOT_JUDGE, Comparison, compare_details, ref_name, verdict_fields
+from orchestrator.comparetable import TEST_NAMES, fmt_value
 from orchestrator.htmlreport import plot
 from orchestrator.htmlreport.model import Figure, FigureItem, ReportContext, Table, register
 from orchestrator.htmlreport.plot import text_width
@@ -27,7 +28,6 @@ from orchestrator.htmlreport.plot import text_width
 DRAWN = {"iops", "lat_mean_us", "tps", "lat_p95_ms", "gbps"}
 MAX_CELLS = 40
 MAX_POINTS = 160      # a point is a line of the figure (0.24 in): 160 make a figure about 40 inches tall
-TEST_NAMES = {"welch": "Welch's t-test", "mann-whitney": "Mann-Whitney U"}
 
 MAX_LABELS = 80       # verdicts written next to their points up to this many (a label costs ~2 ms to draw)
 # how a point shows its verdict: marker and whether it is filled (the baseline: filled)
@@ -53,10 +53,6 @@ def _said(kind: str, diff: float | None, higher_better: bool) -> str:
     if kind == "significant":
         return "significantly better" if ((diff or 0.0) > 0) == higher_better else "significantly worse"
     return CANNOT_JUDGE if kind == "cannot be judged" else kind
-
-
-def _num(metric: Metric, v: float | None) -> str:
-    return "-" if v is None else metric.fmt.format(v)
 
 
 def _g(v: float | None, fmt: str = "{:.3g}") -> str:
@@ -91,14 +87,14 @@ def _data(ctx: ReportContext, c: Comparison, metric: Metric) -> tuple[list[Point
             points.append(Point(row.label, i, s.mean / abs(base) * 100, None if lo is None else lo / abs(base) * 100,
                                 None if hi is None else hi / abs(base) * 100, v["verdict"] if v else "",
                                 f"{pct}{kind}".strip()))
-            ci = "-" if lo is None or hi is None else f"{_num(metric, lo)} to {_num(metric, hi)}"
+            ci = "-" if lo is None or hi is None else f"{fmt_value(metric, lo)} to {fmt_value(metric, hi)}"
             dci = ("-" if not v or v["diff_ci_low_pct"] is None or v["diff_ci_high_pct"] is None
                    else f"{v['diff_ci_low_pct']:+.1f}% to {v['diff_ci_high_pct']:+.1f}%")
             effect = "-" if not v or v["effect_size"] is None else f"{v['effect_name']} {v['effect_size']:.2f}"
             test = TEST_NAMES[v["test"]] if v and v["p"] is not None else "-"
-            rows.append([row.label, f"{ref_name(i)}: {ctx.runs[i].label(e.op_mode)}", str(s.n), _num(metric, s.mean),
-                         ci, "-" if diff is None or not i else f"{diff:+.1f}%", kind or "baseline", test,
-                         _g(v["p"] if v else None), effect, dci])
+            rows.append([row.label, f"{ref_name(i)}: {ctx.runs[i].label(e.op_mode)}", str(s.n),
+                         fmt_value(metric, s.mean), ci, "-" if diff is None or not i else f"{diff:+.1f}%",
+                         kind or "baseline", test, _g(v["p"] if v else None), effect, dci])
     return points, rows, cells, most
 
 
