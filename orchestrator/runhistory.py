@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.cells import CellKey, cell_key
 from orchestrator.stats.changepoints import min_points
-from orchestrator.stats.history import Regression, find_regressions, load_series
+from orchestrator.stats.history import Regression, Series, find_regressions, load_series
 from orchestrator.store.models import Run
 
 MEASURED = ("measure", "app", "net")
@@ -79,13 +80,21 @@ def figure_text(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3g}"
 
 
-def run_history(s: Session, run_id: str) -> RunHistory | None:
-    """None for a run that is not in the store."""
+def run_history(s: Session, run_id: str,
+                loaded: dict[tuple[str, str], list[Series]] | None = None) -> RunHistory | None:
+    """None for a run that is not in the store. ``loaded``: the series already read per (host, suite), shared by
+    the runs of one report (filled here)."""
     run = s.get(Run, run_id)
     if run is None:
         return None
     need = min_points()
-    mine = [ser for ser in load_series(s, host=run.host, suite=run.suite_name) if run_id in ser.run_ids]
+    key = (run.host, run.suite_name)
+    every = loaded.get(key) if loaded is not None else None
+    if every is None:
+        every = load_series(s, host=run.host, suite=run.suite_name)
+        if loaded is not None:
+            loaded[key] = every
+    mine = [ser for ser in every if run_id in ser.run_ids]
     judged = sum(1 for ser in mine if len(ser.values) >= need)
     regs = find_regressions(s, host=run.host, suite=run.suite_name, run_id=run_id, series=mine)[0] if judged else []
     drawn = {(r.cell_key, r.metric, r.model, r.firmware) for r in regs}
@@ -107,13 +116,17 @@ class HistoryCache:
         self._entries: dict[str, tuple[float, RunHistory | None]] = {}
         self._lock = threading.Lock()
 
-    def get(self, s: Session, run_id: str) -> RunHistory | None:
+    def get(self, s: Session, run_id: str,
+            guard: Callable[[], AbstractContextManager[None]] | None = None) -> RunHistory | None:
+        """The run's history, read again when older than ``ttl_s``; a read holds ``guard()`` (the web service's
+        bounded history slots: it may raise Busy) while a cached one does not."""
         now = self.clock()
         with self._lock:
             hit = self._entries.get(run_id)
         if hit is not None and now - hit[0] < self.ttl_s:
             return hit[1]
-        value = run_history(s, run_id)
+        with guard() if guard is not None else nullcontext():
+            value = run_history(s, run_id)
         with self._lock:
             self._entries.pop(run_id, None)
             self._entries[run_id] = (now, value)
@@ -123,5 +136,6 @@ class HistoryCache:
 
 
 def histories(s: Session, run_ids: Iterable[str]) -> dict[str, RunHistory]:
-    """run id -> its history, for a report's runs."""
-    return {rid: h for rid in dict.fromkeys(run_ids) if (h := run_history(s, rid)) is not None}
+    """run id -> its history, for a report's runs (the series of each host and suite read once)."""
+    loaded: dict[tuple[str, str], list[Series]] = {}
+    return {rid: h for rid in dict.fromkeys(run_ids) if (h := run_history(s, rid, loaded)) is not None}

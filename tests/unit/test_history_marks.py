@@ -114,3 +114,32 @@ def test_the_run_page_cache_keeps_a_history_for_its_ttl_and_stays_bounded(monkey
     now[0] = 31.0
     cache.get(None, "c")  # type: ignore[arg-type]
     assert calls == ["a", "b", "c", "a", "c"]
+
+
+def test_a_history_read_holds_the_guard_and_a_cached_one_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The web run page reads a history in one of the service's bounded slots (history_slot): a full slot
+    raises Busy and caches nothing; a cached history needs no slot."""
+    from contextlib import contextmanager
+
+    from labcontract.errors import Busy
+    from orchestrator import runhistory
+
+    monkeypatch.setattr(runhistory, "run_history", lambda s, rid: None)
+    held: list[str] = []
+    full = [True]
+
+    @contextmanager
+    def slot() -> Iterator[None]:
+        if full[0]:
+            raise Busy("history reads are running")
+        held.append("slot")
+        yield
+
+    cache = runhistory.HistoryCache(ttl_s=30, clock=lambda: 0.0)
+    with pytest.raises(Busy):
+        cache.get(None, "a", guard=slot)  # type: ignore[arg-type]
+    full[0] = False
+    cache.get(None, "a", guard=slot)  # type: ignore[arg-type]
+    full[0] = True
+    cache.get(None, "a", guard=slot)  # type: ignore[arg-type]     # cached: no slot taken, no Busy
+    assert held == ["slot"]

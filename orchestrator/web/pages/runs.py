@@ -15,11 +15,12 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from labcontract.errors import InputError, Problem
+from labcontract.errors import Busy, InputError, Problem
 from labcontract.protocol import Cancel, Message, Pause, Rerun, Resume
 from orchestrator.runhistory import HistoryCache
 from orchestrator.states import RunState
 from orchestrator.web import queries
+from orchestrator.web.api.regressions import history_slot
 from orchestrator.web.auth import Principal, require
 from orchestrator.web.pages.common import need, qs, render
 
@@ -77,11 +78,15 @@ def run_page(request: Request, run_id: RunId,
     with request.app.state.web.sessions() as s:
         run = queries.run_dict(s, run_id)
         ended = run["state"] not in ACTIVE
-        hist = HISTORIES.get(s, run_id) if ended else None      # its cells against their history (issue 16)
+        busy = ""
+        try:    # its cells against their history (issue 16), read in one of the service's bounded history slots
+            hist = HISTORIES.get(s, run_id, guard=history_slot) if ended else None
+        except Busy:
+            hist, busy = None, "not read now: the service is busy reading histories; reload in a few seconds"
     marks = hist.step_marks((st["id"], st["kind"], st["cell"]) for st in run["steps"]) if hist else {}
     rerunnable = ended and any(st["state"] in ("FAILED", "CANCELLED", "LOST") for st in run["steps"])
     return render(request, "run.html", run=run, ended=ended, active=not ended, rerunnable=rerunnable,
-                  history=hist.summary() if hist else "", regressed=marks,
+                  history=hist.summary() if hist else busy, regressed=marks,
                   done=f"{done} accepted" if done else "")    # fixed texts: a link cannot make the page say anything
 
 
