@@ -13,7 +13,7 @@ COLLECTIONS := $(CURDIR)/collections
 # services and conditions, so two workers on two CPUs take the suite from about 30 to under 20 minutes
 TEST_JOBS ?= 2
 DEMO_PKGS := fio redis-server util-linux python3-venv
-TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime chromium mariadb-server sysbench xfsprogs ioping
+TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime systemd chromium mariadb-server sysbench xfsprogs ioping
 
 .PHONY: demo test lint typecheck unit integration bench system-deps system-test-deps collections wheel clean
 
@@ -73,7 +73,8 @@ $(COLLECTIONS)/.installed: requirements.yml scripts/install_collections.py | $(V
 	$(PY) scripts/install_collections.py requirements.yml $(COLLECTIONS)
 	@touch $@
 
-# the wheel agent hosts install (playbooks/agent.yml copies it there): dist/storagelab-<version>-py3-none-any.whl
+# the wheel lab hosts install (site.yml: the agents, and the controller host with the controller extra):
+# dist/storagelab-<version>-py3-none-any.whl
 wheel: $(VENV)/.installed
 	$(PY) -m pip wheel -q --no-deps -w dist .
 
