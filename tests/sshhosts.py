@@ -23,6 +23,7 @@ import contextlib
 import ipaddress
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -221,6 +222,13 @@ class SshHosts:
         here = Path(sys.executable).parent / "ansible-playbook"
         return str(here) if here.exists() else (shutil.which("ansible-playbook") or "ansible-playbook")
 
+    def run_playbook(self, playbook: Path, inventory: Path, *extra: str, env: dict[str, str] | None = None,
+                     timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        """``ansible-playbook`` over these hosts (:meth:`ansible_env`, plus ``env``), its output captured."""
+        return subprocess.run([self.ansible_playbook(), "-i", str(inventory), str(playbook), *extra],
+                              env={**self.ansible_env(), **(env or {})}, capture_output=True, text=True,
+                              timeout=timeout, cwd=self.root)
+
     # --- building and teardown ------------------------------------------------------------------
 
     def add_host(self, i: int, subnet: ipaddress.IPv4Network) -> SshHost:
@@ -270,6 +278,14 @@ class SshHosts:
         shutil.rmtree(self.root / "sshd", ignore_errors=True)
         for p in (self.key, self.key.with_suffix(".pub"), self.known_hosts):
             p.unlink(missing_ok=True)
+
+
+def play_recap(output: str) -> dict[str, dict[str, int]]:
+    """An ``ansible-playbook`` output's PLAY RECAP lines: host -> {ok, changed, unreachable, failed, ...}."""
+    stats = {}
+    for m in re.finditer(r"^(\S+)\s+:\s+(.*)$", output.split("PLAY RECAP", 1)[-1], re.M):
+        stats[m[1]] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m[2])}
+    return stats
 
 
 def _sshd_config(host: SshHost, host_key: Path) -> str:

@@ -4,13 +4,11 @@ provisioned in one run, with an inventory the fixture generates."""
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.sshhosts import SshHosts, ssh_hosts
+from tests.sshhosts import SshHosts, play_recap, ssh_hosts
 
 pytestmark = pytest.mark.system
 __all__ = ["ssh_hosts"]      # the fixture, used by the tests below
@@ -19,26 +17,11 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ssh"
 PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 
-def run_playbook(hosts: SshHosts, playbook: Path, inventory: Path, *extra: str,
-                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([hosts.ansible_playbook(), "-i", str(inventory), str(playbook), *extra],
-                          env={**hosts.ansible_env(), **(env or {})}, capture_output=True, text=True, timeout=240,
-                          cwd=hosts.root)
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP lines: host -> {ok, changed, unreachable, failed, ...}."""
-    stats = {}
-    for m in re.finditer(r"^(\S+)\s+:\s+(.*)$", output.split("PLAY RECAP", 1)[-1], re.M):
-        stats[m[1]] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m[2])}
-    return stats
-
-
 def test_one_playbook_run_provisions_every_host_over_ssh(ssh_hosts: SshHosts, tmp_path: Path) -> None:
     inventory = ssh_hosts.ansible_inventory(tmp_path / "hosts.yml")
-    res = run_playbook(ssh_hosts, FIXTURES / "provision.yml", inventory)
+    res = ssh_hosts.run_playbook(FIXTURES / "provision.yml", inventory)
     assert res.returncode == 0, res.stdout + res.stderr
-    stats = recap(res.stdout)
+    stats = play_recap(res.stdout)
     assert set(stats) == {h.name for h in ssh_hosts}
     for h in ssh_hosts:
         assert stats[h.name]["failed"] == 0 and stats[h.name]["unreachable"] == 0
@@ -58,10 +41,10 @@ def test_the_projects_facts_playbook_runs_over_ssh(ssh_hosts: SshHosts, tmp_path
         "lab_state_dir": str(h.lab_root / "dut-state"),
         "duts": [{"name": "dut0", "path": str(h.lab_root / "dut0.img"), "kind": "file"}]})
     facts_dir = tmp_path / "facts"
-    res = run_playbook(ssh_hosts, PLAYBOOKS / "facts.yml", inventory, "-e", f"facts_dir={facts_dir}",
+    res = ssh_hosts.run_playbook(PLAYBOOKS / "facts.yml", inventory, "-e", f"facts_dir={facts_dir}",
                        "-e", "facts_phase=before", env={"ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg")})
     assert res.returncode == 0, res.stdout + res.stderr
-    assert all(s["failed"] == 0 and s["unreachable"] == 0 for s in recap(res.stdout).values())
+    assert all(s["failed"] == 0 and s["unreachable"] == 0 for s in play_recap(res.stdout).values())
     for h in ssh_hosts:
         doc = json.loads((facts_dir / f"{h.name}.before.json").read_text())
         assert doc["host"] == h.name and doc["kernel"]

@@ -45,7 +45,7 @@ from orchestrator.states import TERMINAL_RUN
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
 from tests.conftest import QUICK_SUITE
-from tests.sshhosts import NETWORK, SshHost, SshHosts, running_ssh_hosts
+from tests.sshhosts import NETWORK, SshHost, SshHosts, play_recap, running_ssh_hosts
 from tests.tlscerts import Certs, make_certs
 
 pytestmark = pytest.mark.system
@@ -146,32 +146,19 @@ def site_inventory(hosts: SshHosts, path: Path, ports: dict[str, int], certs: Ce
     return path
 
 
-def site_yml(hosts: SshHosts, inventory: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([hosts.ansible_playbook(), "-i", str(inventory), str(PLAYBOOKS / "site.yml")],
-                          env={**hosts.ansible_env(), "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg")},
-                          capture_output=True, text=True, timeout=300, cwd=hosts.root)
-
-
 Recap = dict[str, dict[str, int]]
 
 
 def site_run(hosts: SshHosts, inventory: Path) -> tuple[subprocess.CompletedProcess[str], float, Recap]:
     """A site.yml run that succeeded on every host: its output, its seconds and its recap per host."""
     started = time.monotonic()
-    res = site_yml(hosts, inventory)
+    res = hosts.run_playbook(PLAYBOOKS / "site.yml", inventory,
+                             env={"ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg")}, timeout=300)
     seconds = time.monotonic() - started
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-3000:]
-    stats = recap(res.stdout)
+    stats = play_recap(res.stdout)
     assert set(stats) == {h.name for h in hosts}
     return res, seconds, stats
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP lines: host -> {ok, changed, unreachable, failed, ...}."""
-    stats = {}
-    for m in re.finditer(r"^(\S+)\s+:\s+(.*)$", output.split("PLAY RECAP", 1)[-1], re.M):
-        stats[m[1]] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m[2])}
-    return stats
 
 
 def changed_tasks(output: str) -> list[str]:
