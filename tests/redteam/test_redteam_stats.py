@@ -169,6 +169,12 @@ def test_finding3_history_reads_are_bounded_and_answered_busy(env: Any, tmp_path
         assert long_reason.status_code == 422
         assert client.post("/api/regressions/" + "a" * 65 + "/ack", json={}, headers=engineer).status_code in (404, 422)
         assert client.post(f"/api/regressions/{reg['id']}/ack", json={}, headers=viewer).status_code == 403
+        url = f"/api/regressions/{reg['id']}/ack"
+        for body in ({"reason": 123}, {"reason": None, "extra": 1}, [], "ack", {"reason": ["x"]}):
+            bad = client.post(url, json=body, headers=engineer)
+            assert bad.status_code == 422 and "detail" in bad.json(), (body, bad.status_code, bad.text)
+        for rid in ("g" * 12, reg["id"].upper()[:11] + "Z", "../" * 4, "%00" * 4):
+            assert client.post(f"/api/regressions/{rid}/ack", json={}, headers=engineer).status_code in (404, 422), rid
 
 
 # ------------------------------------------------------------------ repeats
