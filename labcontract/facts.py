@@ -110,6 +110,13 @@ class HostFacts(BaseModel):
 DUT_PATH = r"^/[A-Za-z0-9/_.:+@,-]{0,511}$"
 
 
+def windows_drive_path(n: int) -> str:
+    """Windows disk N as the contract carries it: ``//./PhysicalDriveN`` (``/``-rooted, so it passes DUT_PATH; Win32
+    reads ``//./`` as the device namespace ``\\\\.\\``). The agent's platform, the job checker and the inventory
+    all write it here."""
+    return f"//./PhysicalDrive{int(n)}"
+
+
 def _observed(v: dict[str, Any] | None) -> dict[str, Any] | None:
     """An interlock observation the controller can read back (labcontract.interlock.observed_from_dict) with
     values of their types: a malformed one made every scheduling pass of a writing step raise (TypeError)."""

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from labcontract.errors import FioError
+from labcontract.facts import windows_drive_path
 from labcontract.suite import Workload
 from labcontract.units import format_size
 
@@ -155,7 +156,6 @@ _OPTION = re.compile(r"^([a-z_]{1,32})=(.*)$")
 _PATH_CHAR = re.compile(r"^/[A-Za-z0-9/_.+@,=-]*$")
 # the one filename with backslashes: a Windows disk in the device namespace, as fio's HOWTO writes it
 _WINDOWS_DRIVE = re.compile(r"\\\\\.\\PhysicalDrive(0|[1-9][0-9]{0,3})\Z")
-WINDOWS_DRIVE_CONTRACT = "//./PhysicalDrive{}"
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ def _parse_filename(value: str) -> str:
     if value == DUT_PLACEHOLDER:
         return value
     if (m := _WINDOWS_DRIVE.match(value)) is not None:
-        return WINDOWS_DRIVE_CONTRACT.format(m.group(1))
+        return windows_drive_path(int(m.group(1)))
     parts = re.split(r"(?<!\\):", value)
     if len(parts) > 1:
         raise ValueError(f"filename {value[:80]!r} names several files (':' separators)")

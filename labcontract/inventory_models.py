@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, f
 
 from labcontract import interlock
 from labcontract.errors import InventoryError, Problem
+from labcontract.facts import windows_drive_path
 from labcontract.inventory_values import (
     BY_ID_PATH,
     DEV_PATH,
@@ -86,7 +87,7 @@ class Dut(BaseModel):
             m = _PHYSICALDRIVE.match(v)
             if m is None:
                 raise ValueError(f"{v!r}: a physicaldrive DUT is a Windows disk, \\\\.\\PhysicalDriveN")
-            return f"//./PhysicalDrive{int(m.group(1))}"
+            return windows_drive_path(int(m.group(1)))
         return v
 
     @model_validator(mode="after")

@@ -34,7 +34,7 @@ from agents.platform.common import PLACEHOLDERS, device_checks, fio_version, rea
 from agents.platform.windows_interlock import observe_drive
 from labcontract.engines import WINDOWS_IOENGINES, engine_for
 from labcontract.errors import ConfigError, InputError, Problem
-from labcontract.facts import BlockDevice, DeclaredDut, HostFacts
+from labcontract.facts import BlockDevice, DeclaredDut, HostFacts, windows_drive_path
 from labcontract.interlock import ObservedState
 from labcontract.protocol import HealthCheck
 
@@ -107,8 +107,8 @@ def drive_number(path: str) -> int | None:
 
 
 def contract_path(n: int) -> str:
-    """Drive N as the contract carries it (a ``/``-rooted DUT path)."""
-    return f"//./PhysicalDrive{n}"
+    """Drive N as the contract carries it (a ``/``-rooted DUT path: :func:`labcontract.facts.windows_drive_path`)."""
+    return windows_drive_path(n)
 
 
 def native_path(n: int) -> str:

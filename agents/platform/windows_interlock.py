@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from agents.platform.common import read_int, read_text
 from labcontract.errors import InputError, Problem
+from labcontract.facts import windows_drive_path
 from labcontract.interlock import ObservedState, Signature
 
 __all__ = ["observe_drive"]
@@ -111,7 +112,7 @@ def observe_drive(query: Query, path: str, number: int | None) -> ObservedState:
     if number is None:
         return ObservedState(path=path, real_path=path, probe_error="not a \\\\.\\PhysicalDriveN path: "
                                                                     "only whole disks are DUTs on Windows")
-    real = f"//./PhysicalDrive{number}"
+    real = windows_drive_path(number)
     problems: list[Problem] = []
     try:
         disks = query("disk_state", number)
