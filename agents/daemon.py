@@ -26,7 +26,7 @@ from agents.runner import SAFE_ID, Attempt, FioRunner
 from agents.workloads import Workloads
 from labcontract import __version__, interlock
 from labcontract.errors import FioError, LabError, ProtocolError
-from labcontract.facts import DeclaredDut, HostFacts, NetPathDecl
+from labcontract.facts import DeclaredDut, HostFacts, NetPathDecl, Observation
 from labcontract.live import LiveStatus
 from labcontract.protocol import (
     CancelStep,
@@ -158,8 +158,7 @@ class Agent:
         self.last_error_at = time.time()
 
     def _register_event(self, running: tuple[str, ...], checks: tuple[HealthCheck, ...] = ()) -> Register:
-        duts = tuple(d.model_copy(update={"observed": interlock.observed_to_dict(self.observe(d))})
-                     for d in self.config.duts)
+        duts = tuple(d.model_copy(update={"observed": Observation.of(self.observe(d))}) for d in self.config.duts)
         return Register(host=self.host, agent_version=__version__, facts=self.facts, duts=duts,
                         running=running, health=checks)
 
@@ -341,7 +340,7 @@ class Agent:
             raw_id = payload.get("attempt_id") if isinstance(payload, dict) else None
             self.note_error()
             self._log(None).error("rejected start of attempt %r: %s", str(raw_id)[:140], e)
-            if isinstance(raw_id, str) and SAFE_ID.match(raw_id) and ".." not in raw_id:
+            if isinstance(raw_id, str) and SAFE_ID.fullmatch(raw_id) and ".." not in raw_id:
                 self.publish(StepEnded(host=self.host, attempt_id=raw_id, outcome="refused",
                                        reason=f"start refused: {e}"[:4000]))
             return          # an id that is not path-safe names no attempt the controller could know
@@ -443,7 +442,7 @@ def make_worker_app(agent: Agent, broker_url: str) -> Any:
     """The Celery app of one agent: three tasks on the queue ``agent.<host>``."""
     from celery import Celery
 
-    from labcontract.protocol import TASK_CANCEL, TASK_REPORT, TASK_START
+    from labcontract.protocol import LAB_TASKS, TASK_CANCEL, TASK_REPORT, TASK_START
     from labcontract.transport import celery_settings
 
     app = Celery(f"agent-{agent.host}", set_as_current=False)
@@ -462,6 +461,12 @@ def make_worker_app(agent: Agent, broker_url: str) -> Any:
     app.task(name=TASK_START, ignore_result=True)(_guard(agent.start_step))
     app.task(name=TASK_CANCEL, ignore_result=True)(_guard(agent.cancel_step))
     app.task(name=TASK_REPORT, ignore_result=True)(_guard(agent.report_step))
+    # Only the lab's own tasks run here: Celery registers its built-in ones (celery.accumulate, celery.chord_unlock,
+    # celery.backend_cleanup, celery.group...) when the app is finalized, and a broker user allowed to push on this
+    # queue could run them. Finalized now and unregistered, a message naming one is refused as an unregistered task.
+    app.finalize()
+    for name in [n for n in app.tasks if n not in LAB_TASKS]:
+        app.tasks.unregister(name)
     return app
 
 

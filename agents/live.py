@@ -55,7 +55,7 @@ APP_LIVE_MAX_BYTES = 4096
 #: Figures of an application step older than this (by their "t", or the file's mtime) are stale: not shown.
 APP_LIVE_STALE_S = 10.0
 _DIRECTIONS = ("read", "write")
-_DEV_SUFFIX = re.compile(r"\.dev(\d+)$")
+_DEV_SUFFIX = re.compile(r"\.dev(\d+)\Z")
 _DECODER = json.JSONDecoder()
 
 

@@ -123,7 +123,7 @@ class IscsiPerfResult:
 
 
 _TARGET = re.compile(r"^Target:(\S+)\s+Portal:(\S+)")
-_LUN = re.compile(r"^Lun:(\d+)\s+Type:(.+?)\s*$")
+_LUN = re.compile(r"^Lun:(\d+)\s+Type:(.+?)\s*\Z")
 _PERF_LINE = re.compile(r"(\d+):(\d\d):(\d\d) - lba \d+, iops current (\d+) \(")
 _PERF_SIZE = re.compile(r"transfer size of (\d+) blocks \((\d+) byte\)")
 

@@ -66,7 +66,7 @@ KILL_GRACE_S = 5.0
 ARTIFACTS = kinds.all_artifacts()     # every kind's (each attempt sends its own kind's: StepKind.artifacts)
 
 
-SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 def boot_id() -> str:
@@ -131,7 +131,7 @@ class FioRunner:
 
     def attempt_path(self, attempt_id: str) -> Path:
         """The attempt's directory, inside the attempts directory (FioError for an id that is not path-safe)."""
-        if not isinstance(attempt_id, str) or not SAFE_ID.match(attempt_id) or ".." in attempt_id:
+        if not isinstance(attempt_id, str) or not SAFE_ID.fullmatch(attempt_id) or ".." in attempt_id:
             raise FioError(f"attempt id {str(attempt_id)[:80]!r} is not path-safe")
         path = self.root / attempt_id
         root = self.root.resolve()

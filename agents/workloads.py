@@ -19,10 +19,15 @@ The file is validated strictly when the agent starts (:func:`load`): every probl
 the key and what is wrong, in one :class:`~labcontract.errors.ConfigError`; a bad file stops the agent at
 its start, never later. A start message's parameters are checked against the schema (:meth:`Workloads.resolve`):
 unknown, missing, of the wrong type or out of range, every problem in the refusal.
+
+A string parameter's ``pattern`` is matched by RE2 (:func:`compiled_pattern`), in time linear in the value's
+length (at most 256 characters), in the task that checks the start message: never on the monitor thread that
+heartbeats.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -32,14 +37,14 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from labcontract.apps import MAX_POINT_S, NAME_RE, WORKLOAD_RE, ExternalParams, ParamValue
+from labcontract.apps import MAX_PARAM_CHARS, MAX_POINT_S, NAME_RE, WORKLOAD_RE, ExternalParams, ParamValue
 from labcontract.errors import ConfigError
 
 MAX_FILE_BYTES = 1 << 20
 MAX_WORKLOADS = 256
 MAX_ARGV = 64
 MAX_ARG = 4096
-MAX_STR_PARAM = 256                    # labcontract.apps.ParamValue's bound on a string value
+MAX_STR_PARAM = MAX_PARAM_CHARS        # labcontract.apps.ParamValue's bound on a string value
 
 Number = Annotated[float, Field(allow_inf_nan=False)]
 
@@ -68,10 +73,7 @@ class ParamSchema(BaseModel):
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min {self.min} is above max {self.max}")
         if self.pattern is not None:
-            try:
-                re.compile(self.pattern)
-            except re.error as e:
-                raise ValueError(f"pattern {self.pattern!r} is not a regular expression: {e}") from None
+            compiled_pattern(self.pattern)     # ValueError naming what RE2 cannot take
         if self.required and self.default is not None:
             raise ValueError("a required parameter has no default")
         if self.default is not None:
@@ -79,6 +81,28 @@ class ParamSchema(BaseModel):
             if problem:
                 raise ValueError(f"default {self.default!r}: {problem}")
         return self
+
+
+@functools.lru_cache(maxsize=1024)
+def compiled_pattern(pattern: str) -> Any:
+    """A declared parameter pattern, compiled by RE2: matching takes time linear in the value's length whatever the
+    pattern (Python's ``re`` backtracks: ``^(a+)+$`` against 32 'a' and a '!' held an agent at full CPU for minutes,
+    its heartbeats stopped). What RE2 cannot run without backtracking (back-references, look-around) is refused
+    when the agent starts (ValueError with RE2's reason)."""
+    import re2
+
+    try:
+        re.compile(pattern)                # syntax only: compiling never backtracks
+    except re.error as e:
+        raise ValueError(f"pattern {pattern!r} is not a regular expression: {e}") from None
+    options = re2.Options()
+    options.log_errors = False           # the reason goes into the ValueError, not to stderr
+    try:
+        return re2.compile(pattern, options=options)
+    except re2.error as e:
+        why = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise ValueError(f"pattern {pattern!r} cannot be matched without backtracking (RE2: {why}); use a pattern "
+                         "without back-references or look-around") from None
 
 
 def check_value(schema: ParamSchema, value: Any) -> str:
@@ -90,7 +114,7 @@ def check_value(schema: ParamSchema, value: Any) -> str:
             return f"expected a str, got {type(value).__name__}"
         if schema.max_length is not None and len(value) > schema.max_length:
             return f"longer than {schema.max_length} characters"
-        if schema.pattern is not None and re.fullmatch(schema.pattern, value) is None:
+        if schema.pattern is not None and compiled_pattern(schema.pattern).fullmatch(value) is None:
             return f"does not match {schema.pattern!r}"
         return ""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

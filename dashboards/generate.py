@@ -512,7 +512,7 @@ def annotation_queries(dashboard_json: JSON | str) -> list[tuple[str, str]]:
     return [(a["name"], a["expr"]) for a in d.get("annotations", {}).get("list", []) if a.get("expr")]
 
 
-_LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>[a-zA-Z_]\w*)\)$")
+_LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>[a-zA-Z_]\w*)\)\Z")
 
 
 def variable_queries(dashboard_json: JSON | str) -> list[tuple[str, str, str]]:

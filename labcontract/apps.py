@@ -48,7 +48,9 @@ Ladder = Annotated[tuple[Annotated[int, Field(ge=1, le=MAX_THREADS, strict=True)
                    Field(min_length=1, max_length=MAX_LADDER, strict=False)]   # a YAML list; items strict ints
 PointSeconds = Annotated[int, Field(ge=1, le=MAX_POINT_S)]
 WarmupSeconds = Annotated[int, Field(ge=0, le=MAX_WARMUP_S)]
-ParamValue = Annotated[str, Field(max_length=256)] | int | Annotated[float, Field(allow_inf_nan=False)] | bool
+MAX_PARAM_CHARS = 256           # a string parameter of an external workload
+ParamValue = (Annotated[str, Field(max_length=MAX_PARAM_CHARS)] | Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
+              | Annotated[float, Field(ge=-1e300, le=1e300, allow_inf_nan=False)] | bool)
 
 
 def _unique(ladder: tuple[int, ...], what: str) -> tuple[int, ...]:

@@ -53,6 +53,7 @@ _CONNECT = "+@connection"
 # What redis-py's Lock (kombu's unacked mutex) and a lease script run: scripts see the user's key patterns
 _SCRIPTS = "+eval +evalsha +script|load +script|exists"
 _DATA = "+@transaction +@list +@hash +@string +@set +@sortedset +@keyspace"
+_NO_LISTING = "-scan -randomkey -keys"
 
 
 def agent_user(host: str) -> str:
@@ -91,8 +92,10 @@ def _agent_rule(host: str) -> str:
             f"lab:live:{host}"]
     # its events stream in a selector of its own: XADD only (with the root's DEL/PEXPIRE/RENAME on it, an agent
     # could remove the stream and its group at will: NOGROUP on every multi-stream read of the controller)
+    # and no command that lists keys (SCAN, RANDOMKEY, KEYS: they take no key, so key patterns do not bound them):
+    # with them an agent learnt every reply list's name, the web service's included
     return (" ".join(f"~{k}" for k in keys) + f" -@all {_CONNECT} {_DATA} +xadd {_SCRIPTS} -@dangerous "
-            f"(%W~lab:events:{host} +xadd)")
+            f"{_NO_LISTING} (%W~lab:events:{host} +xadd)")
 
 
 def acl_args(rules: str) -> list[str]:

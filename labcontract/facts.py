@@ -4,28 +4,43 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from labcontract.bounds import (
+    FACT_ID,
+    FACT_TEXT,
+    FACTS_MAX_BYTES,
+    MAX_BLOCK_DEVICES,
+    MAX_LINKS,
+    MAX_OBSERVED,
+    ByteCount,
+    Count,
+    FactId,
+    FactPath,
+    FactText,
+)
+from labcontract.interlock import ObservedState, observed_to_dict
 
 
 class BlockDevice(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    name: str                      # kernel name: sda, nvme0n1, loop3
-    path: str                      # /dev/sda
-    size_bytes: int
+    name: FactId                   # kernel name: sda, nvme0n1, loop3
+    path: FactPath                 # /dev/sda
+    size_bytes: ByteCount
     rotational: bool | None = None
-    model: str | None = None
-    serial: str | None = None
-    firmware: str | None = None
-    wwn: str | None = None
-    by_id: tuple[str, ...] = ()    # /dev/disk/by-id/... links that resolve to this device
-    kind: str | None = None        # disk, loop, part, ...
-    backing_file: str | None = None  # for loop devices
+    model: FactText | None = None
+    serial: FactId | None = None
+    firmware: FactText | None = None
+    wwn: FactId | None = None
+    by_id: Annotated[tuple[FactPath, ...], Field(max_length=MAX_LINKS)] = ()   # /dev/disk/by-id/... links to it
+    kind: FactId | None = None     # disk, loop, part, ...
+    backing_file: FactPath | None = None  # for loop devices
     # optional (agents before issue 13 send none): the kernel driver bound to the device (nvme, sd, virtio_blk,
     # loop), its transport (pcie, sata, sas, virtio, ...) and the PCI slot of the controller it hangs off
-    driver: str | None = None
-    transport: str | None = None
-    controller: str | None = None
+    driver: FactId | None = None
+    transport: FactId | None = None
+    controller: FactId | None = None
 
 
 class StorageController(BaseModel):
@@ -33,12 +48,12 @@ class StorageController(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    slot: str                          # 0000:3b:00.0
-    class_name: str                    # "NVM Express", "SAS", "RAID", ...
-    vendor_id: str | None = None       # "0x144d"
-    device_id: str | None = None       # "0xa80a"
-    driver: str | None = None          # the bound kernel driver: nvme, mpt3sas, ahci, virtio-pci
-    name: str | None = None            # "Samsung Electronics Co Ltd NVMe SSD Controller" (lspci -mm), if known
+    slot: FactId                       # 0000:3b:00.0
+    class_name: FactText               # "NVM Express", "SAS", "RAID", ...
+    vendor_id: FactId | None = None    # "0x144d"
+    device_id: FactId | None = None    # "0xa80a"
+    driver: FactId | None = None       # the bound kernel driver: nvme, mpt3sas, ahci, virtio-pci
+    name: FactText | None = None       # "Samsung Electronics Co Ltd NVMe SSD Controller" (lspci -mm), if known
 
 
 class NetPathDecl(BaseModel):
@@ -48,14 +63,15 @@ class NetPathDecl(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: str
-    iface: str
-    peer: str | None = None
-    mtu: int | None = None
+    name: Annotated[str, Field(max_length=64)]
+    iface: Annotated[str, Field(max_length=64)]
+    peer: Annotated[str, Field(max_length=FACT_TEXT)] | None = None
+    mtu: Annotated[int, Field(ge=0, le=1 << 20)] | None = None
     speed_mbit: int | None = Field(default=None, ge=1, le=10_000_000)
 
 
-ParamSchemaValue = Annotated[str, Field(max_length=1024)] | int | float | bool | None
+ParamSchemaValue = (Annotated[str, Field(max_length=1024)] | Annotated[int, Field(ge=-(1 << 63), le=1 << 63)]
+                    | Annotated[float, Field(ge=-1e300, le=1e300, allow_inf_nan=False)] | bool | None)
 
 
 class AppWorkloadFact(BaseModel):
@@ -73,36 +89,47 @@ class AppWorkloadFact(BaseModel):
 
 
 class HostFacts(BaseModel):
+    """Free-text facts are cut at :data:`~labcontract.bounds.FACT_TEXT` characters; the whole is refused over
+    :data:`~labcontract.bounds.FACTS_MAX_BYTES` of JSON (an agent then fails at its start, saying so)."""
+
     model_config = ConfigDict(frozen=True)
 
-    hostname: str
-    cpu_model: str | None = None
-    cpu_cores: int | None = None        # physical cores
-    cpu_threads: int | None = None      # logical CPUs
-    memory_bytes: int | None = None
-    kernel: str | None = None
-    os: str | None = None               # PRETTY_NAME of /etc/os-release; Win32_OperatingSystem.Caption on Windows
+    hostname: Annotated[str, Field(max_length=255)]
+    cpu_model: FactText | None = None
+    cpu_cores: Count | None = None      # physical cores
+    cpu_threads: Count | None = None    # logical CPUs
+    memory_bytes: ByteCount | None = None
+    kernel: FactText | None = None
+    os: FactText | None = None          # PRETTY_NAME of /etc/os-release; Win32_OperatingSystem.Caption on Windows
     # optional (issue 17; older agents send none, older controllers ignore it): which agent platform read these
     # facts, so that reports and comparisons tell a Linux run from a Windows run on the same hardware
     os_family: Literal["linux", "windows"] | None = None
-    fio_version: str | None = None      # "fio-3.33"
-    block_devices: tuple[BlockDevice, ...] = ()
-    metrics_address: str | None = None  # "host:port" of the agent's Prometheus exporter, as reachable
-    net_paths: tuple[NetPathDecl, ...] = ()   # declared network paths (network tests)
+    fio_version: FactText | None = None   # "fio-3.33"
+    block_devices: Annotated[tuple[BlockDevice, ...], Field(max_length=MAX_BLOCK_DEVICES)] = ()
+    metrics_address: Annotated[str, Field(max_length=FACT_TEXT)] | None = None  # "host:port" of its exporter
+    net_paths: Annotated[tuple[NetPathDecl, ...], Field(max_length=64)] = ()   # declared network paths
     # Optional platform facts (issue 13; older agents send none, and a controller that does not know them
     # ignores them: protocol 5 either way). DMI strings some hosts only let root read are None.
-    sys_vendor: str | None = None       # DMI: "Lenovo"
-    product_name: str | None = None     # DMI: "ThinkServer RD630"
-    product_version: str | None = None
-    board_vendor: str | None = None
-    board_name: str | None = None
-    bios_vendor: str | None = None
-    bios_version: str | None = None
-    bios_date: str | None = None
-    cpu_sockets: int | None = None      # distinct physical package ids
+    sys_vendor: FactText | None = None      # DMI: "Lenovo"
+    product_name: FactText | None = None    # DMI: "ThinkServer RD630"
+    product_version: FactText | None = None
+    board_vendor: FactText | None = None
+    board_name: FactText | None = None
+    bios_vendor: FactText | None = None
+    bios_version: FactText | None = None
+    bios_date: FactText | None = None
+    cpu_sockets: Count | None = None    # distinct physical package ids
     storage_controllers: Annotated[tuple[StorageController, ...], Field(max_length=256)] = ()
     # external workloads the host's administrator declared (agent --app-workloads; protocol 6): never the command
     app_workloads: Annotated[tuple[AppWorkloadFact, ...], Field(max_length=256)] = ()
+
+    @model_validator(mode="after")
+    def _total(self) -> HostFacts:
+        size = len(self.model_dump_json())
+        if size > FACTS_MAX_BYTES:
+            raise ValueError(f"host facts of {size} bytes (JSON), over the {FACTS_MAX_BYTES} bytes a host may "
+                             "register")
+        return self
 
 
 # a DUT's path as a start message (DeviceRef) and a fio job file (filename) take it: no space, '=', '$', ';',
@@ -117,23 +144,46 @@ def windows_drive_path(n: int) -> str:
     return f"//./PhysicalDrive{int(n)}"
 
 
-def _observed(v: dict[str, Any] | None) -> dict[str, Any] | None:
-    """An interlock observation the controller can read back (labcontract.interlock.observed_from_dict) with
-    values of their types: a malformed one made every scheduling pass of a writing step raise (TypeError)."""
-    from labcontract.interlock import observed_from_dict
+class SignatureFact(BaseModel):
+    """One on-disk signature as observed (labcontract.interlock.Signature)."""
 
-    if v is None:
-        return v
-    try:
-        o = observed_from_dict(v)
-    except (TypeError, ValueError, AttributeError) as e:
-        raise ValueError(f"not an interlock observation: {e}") from None
-    texts = [o.path, o.real_path, o.probe_error, *o.mountpoints, *o.holders,
-             *(x for sig in o.signatures for x in (sig.type, sig.kind, sig.offset or ""))]
-    if not all(isinstance(t, str) for t in texts) or not all(
-            isinstance(b, bool) for b in (o.exists, o.swap, o.backs_root, o.lab_fs)):
-        raise ValueError("not an interlock observation: a value of the wrong type")
-    return v
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Annotated[str, Field(max_length=64)]
+    kind: Annotated[str, Field(max_length=32)]
+    offset: Annotated[str, Field(max_length=64)] | None = None
+
+
+class Observation(BaseModel):
+    """What the interlock observed of a DUT on its host (labcontract.interlock.ObservedState, the same fields),
+    typed and bounded: a malformed one made every scheduling pass of a writing step raise (TypeError)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    path: FactPath
+    real_path: FactPath
+    exists: bool = True
+    mountpoints: Annotated[tuple[Annotated[str, Field(max_length=4096)], ...],
+                           Field(max_length=MAX_OBSERVED, strict=False)] = ()
+    swap: bool = False
+    signatures: Annotated[tuple[SignatureFact, ...], Field(max_length=MAX_OBSERVED, strict=False)] = ()
+    holders: Annotated[tuple[FactId, ...], Field(max_length=MAX_OBSERVED, strict=False)] = ()
+    backs_root: bool = False
+    probe_error: Annotated[str, Field(max_length=4096)] = ""
+    lab_fs: bool = False
+
+    @classmethod
+    def of(cls, obs: ObservedState) -> Observation:
+        """The observation of the interlock's dataclass (long texts cut: the agent's own, never refused)."""
+        data = observed_to_dict(obs)
+        data["probe_error"] = str(data.get("probe_error") or "")[:4096]
+        for key in ("mountpoints", "holders", "signatures"):
+            data[key] = list(data.get(key) or ())[:MAX_OBSERVED]
+        return cls.model_validate(data, strict=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What the store keeps (labcontract.interlock.observed_from_dict reads it back)."""
+        return self.model_dump(mode="json")
 
 
 class DeclaredDut(BaseModel):
@@ -141,14 +191,14 @@ class DeclaredDut(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: str
+    name: Annotated[str, Field(min_length=1, max_length=FACT_ID)]
     path: Annotated[str, Field(pattern=DUT_PATH)]
     kind: Literal["block", "file"]
-    size_bytes: int
-    model: str | None = None
-    serial: str | None = None
-    firmware: str | None = None
-    by_id: str | None = None
+    size_bytes: ByteCount
+    model: FactText | None = None
+    serial: FactId | None = None
+    firmware: Annotated[str, Field(max_length=64)] | None = None     # the store's column
+    by_id: FactPath | None = None
     wipe_ok: bool = False                    # its on-disk signatures may be destroyed (see labcontract.interlock)
     # the interlock's observation, refreshed with each registration
-    observed: Annotated[dict[str, Any] | None, AfterValidator(_observed)] = None
+    observed: Observation | None = None

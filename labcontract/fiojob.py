@@ -140,7 +140,7 @@ _DIGITS = r"\d{1,12}"
 _SIZE_VALUE = r"\d{1,20}[kmgtp]?"
 # every option render_job emits, with the values it may take; anything else in a job file is refused
 # (exec_prerun, write_iolog, include, ioengine=external, verify, trim..., '$' expansions, comments)
-ALLOWED_OPTIONS: dict[str, re.Pattern[str]] = {k: re.compile(f"^(?:{v})$") for k, v in {
+ALLOWED_OPTIONS: dict[str, re.Pattern[str]] = {k: re.compile(f"^(?:{v})\\Z") for k, v in {
     "ioengine": "libaio|io_uring|psync|sync|pvsync2|posixaio|windowsaio",
     "direct": "0|1", "time_based": "0|1", "group_reporting": "1", "lat_percentiles": "1", "new_group": "1",
     "refill_buffers": "1", "norandommap": "1", "randrepeat": "0|1",
@@ -151,9 +151,9 @@ ALLOWED_OPTIONS: dict[str, re.Pattern[str]] = {k: re.compile(f"^(?:{v})$") for k
     "rw": "read|write|randread|randwrite|rw|readwrite|randrw",
     "filename": r".+",                      # checked on its own (_parse_filename)
 }.items()}
-_SECTION = re.compile(r"^\[([A-Za-z0-9_.:-]{1,255})\]$")
-_OPTION = re.compile(r"^([a-z_]{1,32})=(.*)$")
-_PATH_CHAR = re.compile(r"^/[A-Za-z0-9/_.+@,=-]*$")
+_SECTION = re.compile(r"^\[([A-Za-z0-9_.:-]{1,255})\]\Z")
+_OPTION = re.compile(r"^([a-z_]{1,32})=(.*)\Z")
+_PATH_CHAR = re.compile(r"^/[A-Za-z0-9/_.+@,=-]*\Z")
 # the one filename with backslashes: a Windows disk in the device namespace, as fio's HOWTO writes it
 _WINDOWS_DRIVE = re.compile(r"\\\\\.\\PhysicalDrive(0|[1-9][0-9]{0,3})\Z")
 

@@ -31,8 +31,8 @@ OpMethod = Literal["auto", "nvme_ns", "ata_hpa", "scsi_resize", "footprint"]
 PURGE_METHODS: tuple[str, ...] = get_args(PurgeMethod)
 OP_METHODS: tuple[str, ...] = get_args(OpMethod)
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-_WWN = re.compile(r"^(0x|naa\.|eui\.)?[0-9a-fA-F]{16}([0-9a-fA-F]{16})?$")
-_HOSTPORT = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+_WWN = re.compile(r"^(0x|naa\.|eui\.)?[0-9a-fA-F]{16}([0-9a-fA-F]{16})?\Z")
+_HOSTPORT = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}\Z")
 
 
 class Dut(BaseModel):

@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from labcontract.bounds import MAX_EPOCH, ByteCount, Count, Epoch, Figure, Seconds
+
 #: A live application figure: finite, non-negative, bounded (a garbage value never reaches an exporter).
 AppFigure = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]
 
@@ -17,20 +19,20 @@ AppFigure = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]
 class DirectionLive(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    ios_total: int = 0                 # cumulative since the step started
-    bytes_total: int = 0
-    iops: float | None = None          # over the last interval
-    lat_mean_ns: float | None = None   # over the last interval
-    lat_max_ns: float | None = None
-    lat_p99_ns: float | None = None
+    ios_total: ByteCount = 0           # cumulative since the step started
+    bytes_total: ByteCount = 0
+    iops: Figure | None = None         # over the last interval
+    lat_mean_ns: Figure | None = None  # over the last interval
+    lat_max_ns: Figure | None = None
+    lat_p99_ns: Figure | None = None
 
 
 class DeviceLive(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    device: str                        # the DUT path
-    threads: int
-    iodepth: int
+    device: Annotated[str, Field(max_length=512)]   # the DUT path
+    threads: Count
+    iodepth: Count
     read: DirectionLive = DirectionLive()
     write: DirectionLive = DirectionLive()
 
@@ -49,23 +51,26 @@ class AppLive(BaseModel):
     lat_p95_ms: AppFigure | None = None
     lat_p99_ms: AppFigure | None = None
     errors_per_s: AppFigure | None = None
-    device: str = ""                   # the step's (first) DUT, as its start message names it (set by the agent)
+    device: Annotated[str, Field(max_length=512)] = ""   # the step's (first) DUT as its start message names it
+
+
+Id = Annotated[str, Field(max_length=256)]
 
 
 class LiveStatus(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    host: str
-    attempt_id: str
-    run_id: str
-    step_id: str
-    step_name: str
-    suite: str
+    host: Annotated[str, Field(max_length=64)]
+    attempt_id: Id
+    run_id: Id
+    step_id: Id
+    step_name: Id
+    suite: Id
     phase: Literal["purge", "precondition", "measure", "net", "app"]
-    round: int = 0
-    started_at: float
-    elapsed_s: float
-    expected_s: float
-    devices: tuple[DeviceLive, ...] = ()
-    updated_at: float
+    round: Annotated[int, Field(ge=-100_000, le=100_000)] = 0
+    started_at: Epoch
+    elapsed_s: Annotated[float, Field(ge=-MAX_EPOCH, le=MAX_EPOCH, allow_inf_nan=False)]   # wall clock: any step
+    expected_s: Seconds
+    devices: Annotated[tuple[DeviceLive, ...], Field(max_length=256)] = ()
+    updated_at: Epoch
     app: AppLive | None = None         # an application step's last second (None: none yet, or not an app step)

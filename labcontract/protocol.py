@@ -28,9 +28,19 @@ import time
 import zlib
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from labcontract.apps import AppStart
+from labcontract.bounds import Epoch
 from labcontract.errors import ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.suite import MAX_REPEAT, MAX_RUNTIME_S, MAX_SUITE_BYTES, Workload
@@ -48,6 +58,7 @@ PROTOCOL_VERSION = 8   # 2: StartStep carries an action and a device list (devic
 TASK_START = "lab.agent.start_step"
 TASK_CANCEL = "lab.agent.cancel_step"
 TASK_REPORT = "lab.agent.report_step"
+LAB_TASKS = frozenset({TASK_START, TASK_CANCEL, TASK_REPORT})   # the only tasks an agent's worker runs
 
 EVENTS_STREAM = "lab:events"          # legacy single stream (protocol <= 4); per host since 5: events_stream()
 EVENTS_STREAM_PREFIX = "lab:events:"
@@ -74,7 +85,7 @@ def now() -> float:
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    v: int = PROTOCOL_VERSION
+    v: Annotated[int, Field(ge=1, le=1 << 16)] = PROTOCOL_VERSION
 
 
 # --- controller -> agent ----------------------------------------------------------------
@@ -91,7 +102,7 @@ SafeId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"), Af
 StartHost = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 DeviceRef = Annotated[str, Field(pattern=r"^[A-Za-z0-9/_.:+@,=-]{1,512}$")]   # a DUT's name, path or by-id
 NetPathName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
-StartFloat = Annotated[float, Field(allow_inf_nan=False, ge=0)]
+StartFloat = Epoch      # a time a message carries: finite, within [0, 2100-01-01] (labcontract.bounds)
 MAX_STEP_TIMEOUT_S = 30 * 86400   # a step's hard stop: runtime + ramp (at most 8 days) + the controller's margins
 
 
@@ -150,6 +161,7 @@ class ReportStep(Message):
 
 # --- agent -> controller ----------------------------------------------------------------
 
+ENTRY_MAX_BYTES = 32 << 20     # one stream entry (event or command), checked before JSON is parsed
 ARTIFACT_MAX_BYTES = 128 << 20     # one artifact, decompressed (a long precondition round's fio.json stream)
 ARTIFACTS_TOTAL_MAX_BYTES = 3 * ARTIFACT_MAX_BYTES   # all of one event's, decompressed (32 x 128 MiB was 4 GiB)
 _CHUNK = 1 << 20
@@ -157,7 +169,7 @@ HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")     # a host name as 
 HostName = Annotated[str, Field(pattern=HOST_RE.pattern)]
 EventId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]   # attempt ids in events
 Text4k = Annotated[str, Field(max_length=4096)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+Finite = Epoch          # the agent's times (its clock may be off: never trusted for deadlines)
 REPLY_TO_RE = re.compile(r"^lab:reply:[A-Za-z0-9._-]{1,64}$")
 # where a command's answer goes: a reply list (lab:reply:<id>), or "" / "-" for none (schedule templates)
 ReplyTo = Annotated[str, Field(pattern=r"^(lab:reply:[A-Za-z0-9._-]{1,64}|-?)$")]
@@ -171,7 +183,7 @@ class Artifact(BaseModel):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]   # "fio.json", "job.fio", ...
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     size: Annotated[int, Field(ge=0, le=ARTIFACT_MAX_BYTES)]
-    content_gz_b64: str
+    content_gz_b64: Annotated[str, Field(max_length=ENTRY_MAX_BYTES)]   # the entry's own bound (checked first)
 
     @classmethod
     def of(cls, name: str, data: bytes) -> Artifact:
@@ -294,7 +306,6 @@ AnyEvent = Annotated[
 _EVENT = TypeAdapter(AnyEvent)
 
 
-ENTRY_MAX_BYTES = 32 << 20     # one stream entry (event or command), checked before JSON is parsed
 
 
 class OtherVersion(BaseModel):
@@ -303,7 +314,7 @@ class OtherVersion(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     type: Literal["register"]
-    v: int
+    v: Annotated[int, Field(ge=0, le=1 << 16)]
     host: HostName
     agent_version: Annotated[str, Field(max_length=32)] = "?"
 
@@ -508,7 +519,23 @@ def decode_command(raw: str | bytes) -> AnyCommandType:
     return cmd
 
 
+REPLY_ERRORS = 1024          # problems a reply lists (more are counted in the last line)
+REPLY_ERROR_CHARS = 8192
+
+
+def _fit_errors(v: object) -> object:
+    """A reply's errors within its bounds: each cut, the list cut with a count of the rest (the controller's reply
+    to a suite with thousands of problems must still be a valid reply)."""
+    if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+        return v
+    errors = [x if len(x) <= REPLY_ERROR_CHARS else x[:REPLY_ERROR_CHARS - 3] + "..." for x in v]
+    if len(errors) > REPLY_ERRORS:
+        errors = [*errors[:REPLY_ERRORS - 1], f"... and {len(errors) - REPLY_ERRORS + 1} more"]
+    return tuple(errors)
+
+
 class Reply(Message):
     ok: bool
-    run_id: str | None = None
-    errors: tuple[str, ...] = ()
+    run_id: Annotated[str, Field(max_length=64)] | None = None
+    errors: Annotated[tuple[Annotated[str, Field(max_length=REPLY_ERROR_CHARS)], ...],
+                      Field(max_length=REPLY_ERRORS), BeforeValidator(_fit_errors)] = ()

@@ -74,13 +74,13 @@ MAX_IODEPTH, MAX_NUMJOBS = 65536, 4096
 MAX_INFLIGHT_BYTES = 16 << 30         # numjobs x iodepth x bs: the I/O buffers fio allocates per device
 MIN_FOOTPRINT_PCT = 0.01
 
-_FOOTPRINT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+_FOOTPRINT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*\Z")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # a resolved workload's name (a cell name: profile, dims and OP mode joined by '.'; '%' from a footprint sweep)
 WORKLOAD_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.%-]{0,199}$"
 # a resolved footprint: a percentage (at most 9 decimals) or a whole number of bytes, nothing else
 _WORKLOAD_FOOTPRINT = re.compile(r"^(?:(\d{1,3}(?:\.\d{1,9})?)%|(\d{1,16}))\Z")   # \Z: no final newline
-_OP_MODE = re.compile(r"^(stock|hp:(\d{1,2}))$")
+_OP_MODE = re.compile(r"^(stock|hp:(\d{1,2}))\Z")
 
 
 def _size(v: object) -> int:
@@ -185,7 +185,7 @@ class Workload(BaseModel):
     ramp_time: Annotated[int, Field(ge=0, le=MAX_RAMP_S)] = 0
     ioengine: IoEngine = "libaio"
     direct: bool = True
-    footprint: Annotated[str, AfterValidator(check_footprint)] | None = None
+    footprint: Annotated[str, Field(max_length=64), AfterValidator(check_footprint)] | None = None
     time_based: bool = True
     refill_buffers: bool = False
     norandommap: bool = False

@@ -95,12 +95,20 @@ CTRL_DEGRADED = Metric("lab_controller_degraded", "gauge", ("kind",),
                        "1 while the controller waits out a transient fault of its store or broker (kind)")
 CTRL_TRANSIENT_FAULTS = Metric("lab_controller_transient_faults", "counter", ("kind",),
                                "Loop passes that failed on a transient fault (kind: store or redis)")
+# the boundary (orchestrator/controller/boundary.py): what the controller set aside instead of stopping
+CTRL_SET_ASIDE = Metric("lab_controller_set_aside", "counter", ("duty",),
+                        "Items a duty of the controller set aside with their reason (a schedule disabled, a step "
+                        "failed, a run marked) instead of stopping")
+CTRL_DUTY_FAILURES = Metric("lab_controller_duty_failures", "counter", ("duty",),
+                            "Loop passes in which a duty of the controller failed outside any item (logged; the "
+                            "pass went on)")
 
 AGENT_METRICS = (FIO_IOS, FIO_BYTES, FIO_LAT_MEAN, FIO_LAT_MAX, FIO_LAT_P99, FIO_THREADS, FIO_IODEPTH, STEP_PHASE,
                  PRECONDITION_ROUND, STEP_ELAPSED, STEP_EXPECTED, STEP_INFO, AGENT_UP, AGENT_HEARTBEAT_AGE,
                  AGENT_FIO_RUNNING, AGENT_LAST_ERROR, NET_PATH_BYTES, *APP_METRICS)
 CONTROLLER_METRICS = (CTRL_RUNS, CTRL_STEPS, CTRL_QUEUE, CTRL_STEPS_COMPLETED, CTRL_STEPS_FAILED, CTRL_AGENT_UP,
-                      CTRL_AGENT_HEARTBEAT_AGE, CTRL_RESERVATIONS, CTRL_DEGRADED, CTRL_TRANSIENT_FAULTS)
+                      CTRL_AGENT_HEARTBEAT_AGE, CTRL_RESERVATIONS, CTRL_DEGRADED, CTRL_TRANSIENT_FAULTS, CTRL_SET_ASIDE,
+                      CTRL_DUTY_FAILURES)
 
 DEFAULT_AGENT_METRICS_PORT = 9464
 DEFAULT_CONTROLLER_METRICS_PORT = 9465

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?b?)\s*\Z", re.IGNORECASE)
 _MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*\Z", re.IGNORECASE)
 _DUR_MULT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_TEXT = 32                      # characters of a size or duration string (a bound before any arithmetic)
 MAX_VALUE = 1 << 62                # sizes and durations beyond this are no value, whatever their unit

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from labcontract.units import parse_duration
 
-_CLOCK = re.compile(r"^(?:(tonight|today|tomorrow)\s+)?(\d{1,2}):(\d{2})$")
+_CLOCK = re.compile(r"^(?:(tonight|today|tomorrow)\s+)?(\d{1,2}):(\d{2})\Z")
 FORMS = "HH:MM, tonight HH:MM, tomorrow HH:MM, +DURATION (e.g. +2h), or YYYY-MM-DD HH:MM"
 
 

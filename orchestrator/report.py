@@ -211,6 +211,8 @@ def print_run(console: Console, detail: RunDetail, *, rounds: bool = False, arti
         console.print(f"note: {note}", highlight=False)
     if run.reason:
         console.print(f"reason: {run.reason}")
+    if run.set_aside:
+        console.print(f"set aside by the controller: {run.set_aside}", highlight=False, markup=False)
     for step in detail.steps:
         if step.state != "SUCCEEDED" and step.reason:
             console.print(f"  {step.name}: {step.reason}")

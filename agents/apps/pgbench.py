@@ -100,12 +100,12 @@ def parse_init(text: str) -> dict[str, float]:
     """``pgbench -i``'s last line: ``done in 0.38 s (drop tables 0.00 s, ..., primary keys 0.07 s).``"""
     out: dict[str, float] = {}
     for line in text.splitlines():
-        m = re.match(r"^done in ([\d.]+) s \((.*)\)\.?\s*$", line.strip())
+        m = re.match(r"^done in ([\d.]+) s \((.*)\)\.?\s*\Z", line.strip())
         if m is None:
             continue
         out["load_s"] = float(m[1])
         for part in m[2].split(","):
-            pm = re.match(r"^\s*([a-z -]+?)\s+([\d.]+) s\s*$", part)
+            pm = re.match(r"^\s*([a-z -]+?)\s+([\d.]+) s\s*\Z", part)
             if pm is not None:
                 out[re.sub(r"[^a-z]+", "_", pm[1]).strip("_") + "_s"] = float(pm[2])
     return out

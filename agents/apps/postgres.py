@@ -70,7 +70,7 @@ def clean_env() -> dict[str, str]:
 
 
 def _version_key(d: Path) -> tuple[int, int]:
-    m = re.search(r"/postgresql/(\d+)(?:\.(\d+))?/bin$", str(d))
+    m = re.search(r"/postgresql/(\d+)(?:\.(\d+))?/bin\Z", str(d))
     return (int(m.group(1)), int(m.group(2) or 0)) if m else (0, 0)
 
 

@@ -36,7 +36,7 @@ from labcontract.errors import AppStepError
 INTERVAL_RE = re.compile(
     r"^\[\s*(?P<t>\d+)s\s*\]\s+thds:\s*(?P<thds>\d+)\s+tps:\s*(?P<tps>[\d.]+)\s+qps:\s*(?P<qps>[\d.]+)"
     r".*?lat\s+\(ms,(?P<pct>\d+)%\):\s*(?P<lat>[\d.]+)\s+err/s:\s*(?P<err>[\d.]+)\s+reconn/s:\s*(?P<reconn>[\d.]+)")
-HIST_RE = re.compile(r"^\s*(?P<v>[\d.]+)\s+\|[* ]*\s(?P<n>\d+)\s*$")
+HIST_RE = re.compile(r"^\s*(?P<v>[\d.]+)\s+\|[* ]*\s(?P<n>\d+)\s*\Z")
 TOTAL_RES: dict[str, re.Pattern[str]] = {
     "transactions": re.compile(r"^\s*transactions:\s+(\d+)\s+\(([\d.]+) per sec\.\)"),
     "queries": re.compile(r"^\s*queries:\s+(\d+)\s+\(([\d.]+) per sec\.\)"),

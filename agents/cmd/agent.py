@@ -91,7 +91,7 @@ def _read_int(path: str) -> int | None:
 def main(opts: AgentOptions) -> None:
     host = opts.host or socket.gethostname().split(".")[0]
     setup_logging(opts.log_level, host=host, logfile=opts.logfile)
-    if not HOST_RE.match(host):       # the controller would refuse every event of this host's stream
+    if not HOST_RE.fullmatch(host):       # the controller would refuse every event of this host's stream
         raise ConfigError("--host", host, f"not a valid host name (must match {HOST_RE.pattern})")
     check_agent_user(opts.broker_url, host)          # its broker user is agent-<host> (or a shared one)
     # validated here, once: a bad declarations file stops the agent at its start with every problem

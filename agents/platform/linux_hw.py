@@ -28,7 +28,7 @@ DMI_FIELDS = ("sys_vendor", "product_name", "product_version", "board_vendor", "
 # firmware placeholders that name nothing: shown as unknown, not as a vendor
 _PLACEHOLDERS = PLACEHOLDERS
 PCI_DIR = "/sys/bus/pci/devices"
-PCI_SLOT = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+PCI_SLOT = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 LSPCI_TIMEOUT = 5.0
 MAX_CONTROLLERS = 256     # labcontract.facts.HostFacts bound
 # PCI class 0x01 (mass storage) subclasses, as lspci names them

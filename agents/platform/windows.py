@@ -89,7 +89,7 @@ MAX_DRIVE = 9999
 MAX_SIZE = 1 << 60                # bytes: a disk or a machine's memory beyond 1 EiB is not a reading but a fault
 MAX_COUNT = 1 << 16               # cores, logical processors
 MAX_FILETIME = (1 << 63) - 1
-_DRIVE = re.compile(r"^(?:\\\\[.?]\\|//[.?]/)?physicaldrive(\d{1,4})$", re.IGNORECASE)
+_DRIVE = re.compile(r"^(?:\\\\[.?]\\|//[.?]/)?physicaldrive(\d{1,4})\Z", re.IGNORECASE)
 # enums as PowerShell 5.1 writes them when not made strings (ints), and as strings
 _MEDIA = {"0": None, "3": True, "4": False, "5": False, "unspecified": None, "hdd": True, "ssd": False, "scm": False}
 _BUS = {"1": "scsi", "3": "ata", "6": "fc", "7": "usb", "8": "raid", "9": "iscsi", "10": "sas", "11": "sata",

@@ -42,8 +42,8 @@ MAX_ACCESS_PATHS = 64
 MAX_PATH = 1024
 MAX_REASON = 500
 _STYLE = {"0": None, "1": "dos", "2": "gpt", "raw": None, "mbr": "dos", "gpt": "gpt"}
-_LETTER = re.compile(r"^[A-Za-z]$")
-_VOLUME_NAME = re.compile(r"^\\\\\?\\Volume\{[0-9A-Fa-f-]{36}\}\\$")
+_LETTER = re.compile(r"^[A-Za-z]\Z")
+_VOLUME_NAME = re.compile(r"^\\\\\?\\Volume\{[0-9A-Fa-f-]{36}\}\\\Z")
 
 
 def _flag(obj: dict[str, object], key: str, where: str, problems: list[Problem]) -> bool:

@@ -81,7 +81,7 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
         from orchestrator.controller.exporter import ControllerCollector
 
         collector = ControllerCollector(sessions(engine), tuning, last_pass=lambda: controller.last_pass_at,
-                                        faults=faults)
+                                        faults=faults, boundary=controller.boundary)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
         server = MetricsServer(registry, collector.health, bind=metrics_bind, port=metrics_port,

@@ -12,10 +12,9 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from functools import partial
 from typing import Any
 
-from croniter import croniter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -44,8 +43,11 @@ from labcontract.protocol import (
 from labcontract.suite import Suite, capacity_problems, override_problems, parse_suite, repeat_problems
 from orchestrator import health, netgroups
 from orchestrator.controller.admin import AdminMixin
+from orchestrator.controller.boundary import REASON_MAX, reason_of
 from orchestrator.controller.intake import command_refusal, valid_reply_to
 from orchestrator.controller.notify import from_schedule, payload, regressed_payload
+from orchestrator.controller.transient import transient_kind
+from orchestrator.cron import cron_problem, next_fire
 from orchestrator.kinds.common import find_device
 from orchestrator.planner import net_hosts_of, plan
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, RunState, StepState, check_run
@@ -72,12 +74,6 @@ def command_target(cmd: AnyCommandType) -> str:
         if isinstance(value, str) and value:
             return value
     return "-"
-
-
-def next_fire(cron: str, after: float) -> float:
-    """The first time after ``after`` that the cron expression names (local time)."""
-    start = datetime.fromtimestamp(after).astimezone()
-    return float(croniter(cron, start).get_next(datetime).timestamp())
 
 
 def new_run_id() -> str:
@@ -166,6 +162,16 @@ class CommandsMixin(AdminMixin):
         actor = actor_of(cmd, stream)
         log.info("command %s %s from %s (%s)", cmd.type, command_target(cmd), actor, stream,
                  extra={"run": cmd.run_id} if isinstance(cmd, Submit | Cancel | Pause | Resume | Rerun) else {})
+        try:
+            reply = self._apply_command(cmd, actor)
+        except Exception as e:
+            if transient_kind(e) is None:      # answered now, then set aside in lab:deadletter by the intake
+                self._reply(cmd.reply_to, Reply(ok=False, errors=(
+                    f"the controller could not apply this {cmd.type} and set it aside: {reason_of(e)}",)))
+            raise
+        self._reply(cmd.reply_to, reply)
+
+    def _apply_command(self, cmd: AnyCommandType, actor: str) -> Reply:
         if isinstance(cmd, Submit):
             reply = self.submit(cmd, actor)
         elif isinstance(cmd, Rerun):
@@ -182,7 +188,7 @@ class CommandsMixin(AdminMixin):
             reply = self.release(cmd)
         else:
             reply = self.pause_or_resume(cmd)
-        self._reply(cmd.reply_to, reply)
+        return reply
 
     def _reply(self, reply_to: str, reply: Reply) -> None:
         if valid_reply_to(reply_to):           # a reply list, never a stream, a queue or another key
@@ -314,14 +320,14 @@ class CommandsMixin(AdminMixin):
                 log.info("schedule %s removed", cmd.name)
                 return Reply(ok=True)
             problems = [] if existing is None else [Problem("name", f"schedule {cmd.name!r} exists (rm it first)")]
-            if not croniter.is_valid(cmd.cron):
-                problems.append(Problem("--cron", f"{cmd.cron!r} is not a cron expression (5 fields: "
-                                                  "minute hour day-of-month month day-of-week)"))
+            now = self.clock()
+            # judged with the scheduler's own next_fire: a cron accepted here can always be fired (orchestrator.cron)
+            if (why := cron_problem(cmd.cron, now)) is not None:
+                problems.append(Problem("--cron", why))
             _suite, more = self.submission_problems(s, cmd.submit)
             problems += more
             if problems:
                 return Reply(ok=False, errors=tuple(str(p) for p in problems))
-            now = self.clock()
             s.add(Schedule(name=cmd.name, cron=cmd.cron, expires_after_s=cmd.expires_after_s,
                            submit=cmd.submit.model_dump(mode="json", exclude={"run_id", "reply_to", "not_before",
                                                                                "expires_at"}),
@@ -344,21 +350,51 @@ class CommandsMixin(AdminMixin):
             return Reply(ok=True)
 
     def fire_schedules(self) -> None:
-        """Queue a run for every schedule that is due; once per due time, however long the controller was away."""
+        """Queue a run for every schedule that is due; once per due time, however long the controller was away.
+        Each schedule in its own transaction, behind the boundary: one that cannot be fired is disabled with the
+        reason, and the others fire."""
         now = self.clock()
+        with self.sessions() as s:
+            due = list(s.scalars(select(Schedule.name).where(Schedule.next_fire_at <= now,
+                                                             Schedule.disabled_reason == "")
+                                 .order_by(Schedule.next_fire_at)))
+        for name in due:
+            self.boundary.item("schedules", f"schedule {name}", partial(self._fire, name, now),
+                               partial(self._disable_schedule, name))
+
+    def _fire(self, name: str, now: float) -> None:
         with self.sessions.begin() as s:
-            for sch in s.scalars(select(Schedule).where(Schedule.next_fire_at <= now)):
-                run_id = new_run_id()
-                cmd = Submit.model_validate({**sch.submit, "run_id": run_id, "reply_to": "",
-                                             "expires_at": now + sch.expires_after_s if sch.expires_after_s else None})
-                reply = self._submit_in(s, cmd, f"schedule:{sch.name}"[:64])
-                sch.last_fired_at, sch.next_fire_at = now, next_fire(sch.cron, now)
-                if reply.ok:
-                    sch.last_run_id, sch.last_error = run_id, ""
-                    log.info("schedule %s fired: run %s", sch.name, run_id, extra={"run": run_id})
-                else:
-                    sch.last_error = "; ".join(reply.errors)
-                    log.error("schedule %s could not submit: %s", sch.name, sch.last_error)
+            sch = s.get(Schedule, name)
+            if sch is None or sch.disabled_reason or sch.next_fire_at > now:
+                return
+            run_id = new_run_id()
+            cmd = Submit.model_validate({**sch.submit, "run_id": run_id, "reply_to": "",
+                                         "expires_at": now + sch.expires_after_s if sch.expires_after_s else None})
+            reply = self._submit_in(s, cmd, f"schedule:{sch.name}"[:64])
+            sch.last_fired_at, sch.next_fire_at = now, next_fire(sch.cron, now)
+            if reply.ok:
+                sch.last_run_id, sch.last_error = run_id, ""
+                log.info("schedule %s fired: run %s", sch.name, run_id, extra={"run": run_id})
+            else:
+                sch.last_error = "; ".join(reply.errors)
+                log.error("schedule %s could not submit: %s", sch.name, sch.last_error)
+
+    def _disable_schedule(self, name: str, why: str) -> None:
+        with self.sessions.begin() as s:
+            sch = s.get(Schedule, name)
+            if sch is not None:
+                sch.disabled_reason = f"disabled {time.strftime('%Y-%m-%d %H:%M')}: {why}"[:REASON_MAX]
+                log.error("schedule %s disabled: %s (labctl schedule rm %s, then add it again)", name, why, name)
+
+    def _mark_run(self, run_id: str, what: str, why: str, *, notified: bool = False) -> None:
+        """A run a duty was set aside for: the reason on the run (``notified``: its notification is not tried
+        again)."""
+        with self.sessions.begin() as s:
+            run = s.get(Run, run_id)
+            if run is not None:
+                run.set_aside = "; ".join(x for x in (run.set_aside, f"{what}: {why}") if x)[:REASON_MAX]
+                if notified:
+                    run.notified_at = self.clock()
 
     def pause_or_resume(self, cmd: Pause | Resume) -> Reply:
         with self.sessions.begin() as s:
@@ -380,37 +416,62 @@ class CommandsMixin(AdminMixin):
                 log.info("run resumed", extra={"run": run.id, "host": run.host})
             return Reply(ok=True, run_id=run.id)
 
-    def _regressions_of(self, s: Session, run: Run) -> list[dict[str, Any]]:
+    def _regressions_of(self, run_id: str) -> list[dict[str, Any]]:
         """A scheduled run's regressions against its history, for its notification (none when they cannot be
-        judged: the notification still goes)."""
+        judged: the notification still goes). Behind the boundary: a judgement that fails marks the run."""
         from orchestrator.stats.history import regressions_for_run
 
-        try:
-            return [r.as_dict() for r in regressions_for_run(s, run.id)]
-        except LabError as e:
-            log.warning("regressions of run %s not judged: %s", run.id, e, extra={"run": run.id})
-            return []
+        def judged() -> list[dict[str, Any]]:
+            with self.sessions() as s:
+                try:
+                    return [r.as_dict() for r in regressions_for_run(s, run_id)]
+                except LabError as e:
+                    log.warning("regressions of run %s not judged: %s", run_id, e, extra={"run": run_id})
+                    return []
+
+        regs = self.boundary.item("history", f"history of run {run_id}", judged,
+                                  lambda why: self._mark_run(run_id, "history not judged", why))
+        return regs or []
 
     def notify(self) -> None:
-        """Deliver end notifications the store says are due (see orchestrator.controller.notify)."""
+        """Deliver end notifications the store says are due (see orchestrator.controller.notify): each run behind
+        the boundary (one whose notification cannot be built is marked and not tried again); a sink that fails
+        (OSError) leaves the rest for the next pass."""
         if self.notifier is None or not self.notifier.enabled:
             return
+        with self.sessions() as s:
+            due = list(s.scalars(select(Run.id).where(Run.state.in_([str(x) for x in TERMINAL_RUN]),
+                                                      Run.notified_at.is_(None)).limit(20)))
+        for run_id in due:
+            sent = self.boundary.item("notifications", f"notification of run {run_id}",
+                                      partial(self._notify_run, run_id),
+                                      partial(self._mark_run, run_id, "notification not sent", notified=True))
+            if sent is False:
+                return
+
+    def _notify_run(self, run_id: str) -> bool:
+        """Notify one ended run; False when a sink failed (retried next pass)."""
+        assert self.notifier is not None
+        with self.sessions() as s:
+            run = s.get(Run, run_id)
+            scheduled = run is not None and run.notified_at is None and from_schedule(run) is not None
+        regs = self._regressions_of(run_id) if scheduled else []
         with self.sessions.begin() as s:
-            due = s.scalars(select(Run).where(Run.state.in_([str(x) for x in TERMINAL_RUN]),
-                                              Run.notified_at.is_(None)).limit(20)).all()
-            for run in due:
-                results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == run.id))}
-                bodies = [payload(run, results)]
-                if from_schedule(run) is not None:
-                    regs = self._regressions_of(s, run)
-                    bodies[0]["regressions"] = regs
-                    if regs:
-                        bodies.append(regressed_payload(run, regs))
-                try:
-                    for body in bodies:
-                        self.notifier.send(body)
-                except OSError as e:
-                    log.warning("notification of run %s failed (retried next pass): %s", run.id, e,
-                                extra={"run": run.id})
-                    return
-                run.notified_at = self.clock()
+            run = s.get(Run, run_id)
+            if run is None or run.notified_at is not None:
+                return True
+            results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == run.id))}
+            bodies = [payload(run, results)]
+            if scheduled:
+                bodies[0]["regressions"] = regs
+                if regs:
+                    bodies.append(regressed_payload(run, regs))
+            try:
+                for body in bodies:
+                    self.notifier.send(body)
+            except OSError as e:
+                log.warning("notification of run %s failed (retried next pass): %s", run.id, e,
+                            extra={"run": run.id})
+                return False
+            run.notified_at = self.clock()
+            return True

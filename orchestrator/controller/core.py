@@ -17,6 +17,7 @@ from orchestrator import canary, kinds
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.controller import retries
+from orchestrator.controller.boundary import Boundary
 from orchestrator.controller.dispatch import Dispatcher
 from orchestrator.controller.notify import Notifier
 from orchestrator.provisioning import Provisioner
@@ -38,6 +39,7 @@ class ControllerCore:
         self.notifier = notifier
         self.provisioner = provisioner
         self._stopping = False
+        self.boundary = Boundary()                 # duties and their items: set aside, never a stop (boundary.py)
         self._asked: dict[str, float] = {}           # attempt id -> last stop/report request (throttle)
         self.last_pass_at: float | None = None     # time.time() of the last completed loop pass (/health)
 

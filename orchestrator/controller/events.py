@@ -47,13 +47,26 @@ class EventsMixin(ControllerCore):
                 host.last_seen = self.clock()
                 if ev.health:
                     health.apply(host, ev.health, self.clock(), self.tuning.quarantine_after)
-        elif judge(s.get(Attempt, ev.attempt_id), ev.attempt_id, ev.type, source):
+        elif judge(att := s.get(Attempt, ev.attempt_id), ev.attempt_id, ev.type, source):
             if isinstance(ev, StepStarted):
                 self._on_started(s, ev)
             elif isinstance(ev, StepEnded):
                 self._on_ended(s, ev)
             else:
                 self._on_unknown(s, ev)
+        elif isinstance(ev, StepEnded) and att is not None:
+            self._duplicate_end(att, ev)
+
+    def _duplicate_end(self, att: Attempt, ev: StepEnded) -> None:
+        """An end of an attempt that already ended changes nothing; its artifacts are still judged (refused, so
+        dead-lettered with the reason, when one is not the artifact stored and does not inflate to what it
+        declares: a gzip bomb aimed at an ended attempt)."""
+        kept = {(a.name, a.sha256, a.size) for a in att.artifacts}
+        for art in ev.artifacts:
+            if (art.name, art.sha256, art.size) not in kept:
+                art.content()                  # ProtocolError: refused
+        log.info("end of attempt %s received again (%s); already applied, nothing changed", att.id, ev.outcome,
+                 extra=self._ctx(att))
 
     def _on_register(self, s: Session, ev: Register) -> None:
         host = s.get(Host, ev.host)
@@ -76,7 +89,7 @@ class EventsMixin(ControllerCore):
             dev.path, dev.kind, dev.size_bytes = dut.path, dut.kind, dut.size_bytes
             dev.model, dev.firmware, dev.by_id = dut.model, dut.firmware, dut.by_id
             dev.serial = dev.serial or dut.serial     # the identity registered first; a change is a health failure
-            dev.wipe_ok, dev.observed = dut.wipe_ok, dut.observed
+            dev.wipe_ok, dev.observed = dut.wipe_ok, dut.observed.as_dict() if dut.observed is not None else None
             dev.declared = True
         if ev.health:
             health.apply(host, ev.health, now, self.tuning.quarantine_after)

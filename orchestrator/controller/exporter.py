@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from labcontract import telemetry as T
 from labcontract.metrics_http import Family, counter, gauge
 from orchestrator.config import ControllerTuning
+from orchestrator.controller.boundary import DUTIES, Boundary
 from orchestrator.controller.transient import FAULT_KINDS, FaultLog
 from orchestrator.states import RunState, StepState
 from orchestrator.store.models import Host, Run, Step
@@ -41,9 +42,11 @@ class ControllerCollector(Collector):
 
     def __init__(self, sessions: sessionmaker[Session], tuning: ControllerTuning | None = None, *,
                  clock: Callable[[], float] = time.time, last_pass: Callable[[], float | None] | None = None,
-                 started_at: float | None = None, faults: FaultLog | None = None) -> None:
+                 started_at: float | None = None, faults: FaultLog | None = None,
+                 boundary: Boundary | None = None) -> None:
         self.sessions = sessions
         self.faults = faults
+        self.boundary = boundary
         self.tuning = tuning or ControllerTuning()
         self.clock = clock
         self.last_pass = last_pass
@@ -98,6 +101,12 @@ class ControllerCollector(Collector):
             degraded.add_metric([kind], 1 if current == kind else 0)
             total.add_metric([kind], totals.get(kind, 0))
         yield from (degraded, total)
+        set_aside, failures = self.boundary.totals() if self.boundary is not None else ({}, {})
+        fam_aside, fam_failed = counter(T.CTRL_SET_ASIDE), counter(T.CTRL_DUTY_FAILURES)
+        for duty in DUTIES:
+            fam_aside.add_metric([duty], set_aside.get(duty, 0))
+            fam_failed.add_metric([duty], failures.get(duty, 0))
+        yield from (fam_aside, fam_failed)
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """``/health``: healthy when the store answers and the controller loop is passing."""

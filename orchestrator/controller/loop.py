@@ -5,6 +5,10 @@
 2. apply each in its own transaction (idempotent: an event for an attempt that already ended changes nothing),
 3. schedule: dispatch the next step of every run whose host is up and whose device is free,
 4. watch: re-send starts nobody took, mark steps LOST when their host goes silent.
+
+Nothing accepted stops it: each duty runs behind :mod:`.boundary`, which sets an item that fails aside with its
+reason (a schedule disabled, a step failed, a run marked) and goes on; only transient faults (waited out here) and
+a lost lease (the loop ends) pass through.
 """
 
 from __future__ import annotations
@@ -103,11 +107,14 @@ class Controller(EventsMixin, CommandsMixin, DispatchMixin, WatchdogsMixin):
                     continue
 
     def step_once(self) -> None:
-        self._drain(pending=False, block_ms=self.tuning.block_ms)
-        self.fire_schedules()
-        self.schedule()
-        self.watch()
-        self.notify()
+        """One pass: each duty behind the boundary (a duty that fails is logged and counted, the pass goes on;
+        orchestrator.controller.boundary)."""
+        duty = self.boundary.duty
+        duty("intake", lambda: self._drain(pending=False, block_ms=self.tuning.block_ms))
+        duty("schedules", self.fire_schedules)
+        duty("dispatch", self.schedule)
+        duty("watchdogs", self.watch)
+        duty("notifications", self.notify)
         self.last_pass_at = time.time()
 
     def _drain(self, *, pending: bool, block_ms: int | None = None) -> None:

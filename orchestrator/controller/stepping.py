@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, defer, selectinload
@@ -53,23 +54,22 @@ class DispatchMixin(ControllerCore):
             picked = [(run.id, step.id, step.name) for run, step in
                       decide(runs, hosts, self.clock(), self.host_up, summary).dispatch[:self.tuning.dispatch_batch]]
         for run_id, step_id, name in picked:
-            try:
-                self._schedule(only=(run_id, step_id))
-            except Exception as e:
-                if transient_kind(e) is not None:
-                    raise
-                why = f"could not be started: {type(e).__name__}: {str(e)[:500]}"
-                log.error("step %s", why, extra={"run": run_id, "step": name})
-                with self.sessions.begin() as s:
-                    step = s.get(Step, step_id)
-                    if step is None or step.state != StepState.PENDING:
-                        continue
-                    check_step("step", step.id, step.state, StepState.FAILED)
-                    step.state, step.reason, step.ended_at = str(StepState.FAILED), why, self.clock()
-                    if step.run.state == RunState.QUEUED:
-                        step.run.started_at = self.clock()
-                    self._abandon_rest(step.run, f"not run: {step.name} {why}")
-                    self._finish_run_if_done(step.run)
+            self.boundary.item("dispatch", f"step {name} of run {run_id}",
+                               partial(self._schedule, only=(run_id, step_id)),
+                               partial(self._fail_unstartable, step_id))
+
+    def _fail_unstartable(self, step_id: str, reason: str) -> None:
+        why = f"could not be started: {reason[:500]}"
+        with self.sessions.begin() as s:
+            step = s.get(Step, step_id)
+            if step is None or step.state != StepState.PENDING:
+                return
+            check_step("step", step.id, step.state, StepState.FAILED)
+            step.state, step.reason, step.ended_at = str(StepState.FAILED), why, self.clock()
+            if step.run.state == RunState.QUEUED:
+                step.run.started_at = self.clock()
+            self._abandon_rest(step.run, f"not run: {step.name} {why}")
+            self._finish_run_if_done(step.run)
 
     def _schedule(self, only: tuple[str, str] | None = None) -> None:
         """One scheduling pass; ``only`` (run id, step id): start that step alone, if it is still due."""

@@ -5,14 +5,17 @@ where every active attempt stands."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labcontract.protocol import CancelStep, ReportStep, StartStep
+from orchestrator.controller.boundary import reason_of
 from orchestrator.controller.core import ControllerCore
+from orchestrator.controller.transient import transient_kind
 from orchestrator.provisioning import LocalOutcome
-from orchestrator.states import StepState
+from orchestrator.states import TERMINAL_STEP, StepState
 from orchestrator.store.models import Artifact, Attempt, Host, Run
 
 log = logging.getLogger("orchestrator.controller")
@@ -20,6 +23,30 @@ log = logging.getLogger("orchestrator.controller")
 
 class WatchdogsMixin(ControllerCore):
     def watch(self) -> None:
+        """One watchdog pass over every active attempt. Should it fail on an attempt's data (not a transient
+        fault), it is done again one attempt at a time behind the boundary: the attempt that still fails is failed
+        with the reason, and the others are watched."""
+        try:
+            self._watch()
+        except Exception as e:
+            if transient_kind(e) is not None:
+                raise
+            log.error("a watchdog pass failed (%s); watching its attempts one at a time", reason_of(e))
+            with self.sessions() as s:
+                ids = [att.id for att in self._active_attempts(s)]
+            for attempt_id in ids:
+                self.boundary.item("watchdogs", f"attempt {attempt_id}", partial(self._watch, only=attempt_id),
+                                   partial(self._fail_attempt, attempt_id))
+
+    def _fail_attempt(self, attempt_id: str, why: str) -> None:
+        with self.sessions.begin() as s:
+            att = s.get(Attempt, attempt_id)
+            if att is not None and att.state not in TERMINAL_STEP:
+                self._move(att, StepState.FAILED, f"the controller could not watch this attempt: {why}")
+                self._finish_run_if_done(att.step.run)
+
+    def _watch(self, only: str | None = None) -> None:
+        """The watchdog pass; ``only``: that attempt alone."""
         now = self.clock()
         resend: list[StartStep] = []
         cancels: list[tuple[str, CancelStep]] = []
@@ -28,6 +55,8 @@ class WatchdogsMixin(ControllerCore):
             self._note_skews(list(hosts.values()))
             touched: set[str] = set()
             for att in self._active_attempts(s):
+                if only is not None and att.id != only:
+                    continue
                 if self._is_local(att.step):
                     self._watch_local(s, att)
                     continue
@@ -102,13 +131,17 @@ class WatchdogsMixin(ControllerCore):
         return CancelStep(attempt_id=att.id, reason=reason)
 
     def reconcile(self) -> None:
-        """At start: ask agents where every active attempt stands."""
+        """At start: ask agents where every active attempt stands (each behind the boundary: an attempt that cannot
+        be asked about is left to the watchdogs)."""
         with self.sessions() as s:
             for att in self._active_attempts(s):
                 if self._is_local(att.step):
                     continue                          # a playbook of an earlier life: watch() ends it
-                log.info("asking for the state of attempt %s", att.id, extra=self._ctx(att))
-                self.dispatcher.report(att.host, ReportStep(attempt_id=att.id))
+                self.boundary.item("reconcile", f"attempt {att.id}", partial(self._ask, att), lambda _why: None)
+
+    def _ask(self, att: Attempt) -> None:
+        log.info("asking for the state of attempt %s", att.id, extra=self._ctx(att))
+        self.dispatcher.report(att.host, ReportStep(attempt_id=att.id))
 
 
     def _watch_local(self, s: Session, att: Attempt) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from labcontract.bounds import PROVENANCE_MAX_BYTES
 from labcontract.protocol import StartStep
 from labcontract.suite import Workload
 from orchestrator.kinds import KindContext
@@ -93,6 +94,28 @@ def device_provenance(host: Host | None, run: Run) -> list[dict[str, Any]]:
     return devices
 
 
+# what a result row keeps of its host's facts: not the host's every block device (the run's own are in
+# "devices") nor its external workload declarations (an application result names its own)
+_NOT_IN_PROVENANCE = ("block_devices", "app_workloads")
+_CUT_FIRST = ("storage_controllers", "net_paths")
+
+
+def json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), default=str))
+
+
+def host_provenance(host: Host | None) -> dict[str, Any]:
+    """What a result row stores of its host's facts, within PROVENANCE_MAX_BYTES of JSON (lists cut when the
+    facts, each bounded on the wire, would still pass it): every result row copies it."""
+    facts = {k: v for k, v in (host.facts or {}).items() if k not in _NOT_IN_PROVENANCE} if host else {}
+    for key in _CUT_FIRST:
+        while json_size(facts) > PROVENANCE_MAX_BYTES and isinstance(facts.get(key), list) and facts[key]:
+            facts[key] = facts[key][:len(facts[key]) // 2]
+    if json_size(facts) > PROVENANCE_MAX_BYTES:
+        return {"hostname": str(facts.get("hostname", ""))[:255], "cut": "host facts too large to keep"}
+    return facts
+
+
 def result_provenance(ctx: KindContext, s: Session, att: Attempt) -> dict[str, Any]:
     """The provenance of a result on a host's DUTs: the host's facts as registered, the devices, the OP mode,
     what provisioning did before it, the suite's and the job's digests."""
@@ -100,7 +123,7 @@ def result_provenance(ctx: KindContext, s: Session, att: Attempt) -> dict[str, A
     step, run = att.step, att.step.run
     devices = device_provenance(host, run)
     return {
-        "host": host.facts if host else {},
+        "host": host_provenance(host),
         "agent_version": host.agent_version if host else None,
         "device": devices[0],
         "devices": devices,
@@ -135,6 +158,8 @@ def provisioning_provenance(ctx: KindContext, run: Run, step: Step) -> dict[str,
     art = next((a for a in before.attempts[-1].artifacts if a.name == "facts.json"), None) if before else None
     if art is not None:
         try:
+            if art.size > PROVENANCE_MAX_BYTES:      # a lab host's module output: bounded like every fact
+                raise ValueError(f"facts.json of {art.size} bytes, over {PROVENANCE_MAX_BYTES}")
             out["dut_facts"] = json.loads(ctx.artifacts.read(art.path))
         except (OSError, ValueError) as e:
             log.warning("DUT facts of run %s unreadable: %s", run.id, e, extra={"run": run.id})

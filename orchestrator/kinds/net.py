@@ -17,7 +17,7 @@ from labcontract.protocol import NetStart, StartStep
 from labcontract.suite import Workload
 from orchestrator import netgroups
 from orchestrator.kinds import KindContext
-from orchestrator.kinds.common import BaseKind
+from orchestrator.kinds.common import BaseKind, host_provenance
 from orchestrator.states import TERMINAL_STEP, StepState
 from orchestrator.store.models import Attempt, Host, NetGroup, Result, Run, Step
 
@@ -84,7 +84,7 @@ def store_net(ctx: KindContext, s: Session, att: Attempt, raw: bytes) -> None:
     lat = [(p["lat_mean_ns"], p["iops"]) for p in paths.values() if p.get("lat_mean_ns") and p.get("iops")]
     host = s.get(Host, att.host)
     tool = str(att.step.cell.get("tool", "fio"))[:32]
-    provenance = {"host": host.facts if host else {}, "agent_version": host.agent_version if host else None,
+    provenance = {"host": host_provenance(host), "agent_version": host.agent_version if host else None,
                   "role": out["role"], "tool": out["tool"], "mtu": out["mtu"],
                   "suite_sha256": att.step.run.suite_sha256,
                   "net_spec": {k: out.get(k) for k in ("start_at", "late_s", "iqn", "discovery") if k in out},

@@ -68,12 +68,16 @@ def canary_add(
                                           help="Queue priority of each canary run.")] = 0,
 ) -> None:
     """Run the built-in canary suite on a DUT on a schedule (default nightly at 03:00)."""
+    from labcontract.errors import Problem, SubmissionError
     from labcontract.transport import redis_client
+    from orchestrator.cron import cron_problem
     from orchestrator.labctl.client import check_submission
 
     dev_name, _path = _device_name(host, device)
     name = _checked_name(host, dev_name)
     suite = check_submission(SUITE, host, [device], sessions_or_fail())
+    if (why := cron_problem(cron, time.time())) is not None:     # the controller's own check, before sending
+        raise SubmissionError(suite.source, [Problem("--cron", why)])
     template = Submit(run_id="-", suite_source=suite.source, suite_text=suite.source_text, host=host,
                       devices=(device,), priority=priority, actor=QUARANTINE_ACTOR if quarantine else None,
                       reply_to="-")
@@ -110,7 +114,8 @@ def canary_list() -> None:
             if dev is not None and dev.quarantined_at is not None:
                 verdict = f"QUARANTINED: {dev.quarantine_reason}"
             table.add_row(sch.name, sch.cron, "yes" if sub.get("actor") == QUARANTINE_ACTOR else "no",
-                          when(sch.next_fire_at), sch.last_run_id or "-",
+                          "DISABLED: " + sch.disabled_reason if sch.disabled_reason else when(sch.next_fire_at),
+                          sch.last_run_id or "-",
                           verdict + (f" (schedule error: {sch.last_error[:60]})" if sch.last_error else ""))
     out.print(table)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
@@ -32,9 +33,12 @@ def schedule_add(
     """Add a schedule: the controller queues the suite each time the cron expression says."""
     from labcontract.transport import redis_client
     from labcontract.units import parse_duration
+    from orchestrator.cron import cron_problem
     from orchestrator.labctl.client import ControllerClient, check_submission
 
     suite = check_submission(suite_ref, host, device, _sessions())
+    if (why := cron_problem(cron, time.time())) is not None:     # the controller's own check, before sending
+        raise _input_error(suite.source, "--cron", why)
     try:
         expires = parse_duration(expires_after) if expires_after else None
     except ValueError as e:
@@ -68,9 +72,12 @@ def schedule_list() -> None:
     with _sessions()() as s:
         for sch in s.scalars(select(Schedule).order_by(Schedule.name)):
             sub = sch.submit
+            # a schedule the controller could not fire is disabled: the reason where the error goes, in full
             table.add_row(sch.name, sch.cron, str(sub.get("suite_source")),
-                          f"{sub.get('host')}:{','.join(sub.get('devices', []))}", when(sch.next_fire_at),
-                          when(sch.last_fired_at), sch.last_run_id or "-", sch.last_error[:60])
+                          f"{sub.get('host')}:{','.join(sub.get('devices', []))}",
+                          "DISABLED" if sch.disabled_reason else when(sch.next_fire_at),
+                          when(sch.last_fired_at), sch.last_run_id or "-",
+                          sch.disabled_reason or sch.last_error[:60])
     out.print(table)
 
 

@@ -114,6 +114,9 @@ class Run(Base):
     max_rounds: Mapped[int | None] = mapped_column(Integer)       # caps the suite's precondition rounds
     rerun_count: Mapped[int] = mapped_column(Integer, default=0)  # times its failed steps were run again
     rerun_at: Mapped[float | None] = mapped_column(Float)         # the last rerun (retries count attempts since)
+    # schema 0013: a duty of the controller that failed on this run (its notification, its history), with the
+    # reason; the controller set the run aside for that duty and went on (orchestrator.controller.boundary)
+    set_aside: Mapped[str] = mapped_column(Text, default="")
     steps: Mapped[list[Step]] = relationship(back_populates="run", order_by="[Step.seq, Step.round]",
                                              cascade="all, delete-orphan")
 
@@ -296,6 +299,9 @@ class Schedule(Base):
     last_run_id: Mapped[str | None] = mapped_column(String(32))
     last_error: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[float] = mapped_column(Float)
+    # schema 0013: why the controller disabled it ("": enabled); a disabled schedule never fires again until it is
+    # removed and added anew (orchestrator.controller.boundary)
+    disabled_reason: Mapped[str] = mapped_column(Text, default="")
 
 
 class ApiToken(Base):

@@ -116,7 +116,8 @@ def run_summary(r: Run, done: int, total: int) -> dict[str, Any]:
     return {"id": r.id, "suite": r.suite_name, "host": r.host, "devices": list(r.devices or [r.device]),
             "state": r.state, "reason": r.reason, "priority": r.priority, "submitted_at": r.submitted_at,
             "started_at": r.started_at, "ended_at": r.ended_at, "steps_done": done, "steps_total": total,
-            "submitted_by": r.submitted_by or "", "max_rounds": r.max_rounds, "rerun_count": r.rerun_count or 0}
+            "submitted_by": r.submitted_by or "", "max_rounds": r.max_rounds, "rerun_count": r.rerun_count or 0,
+            "set_aside": r.set_aside or ""}
 
 
 def list_runs(s: Session, f: RunFilter = RunFilter(), *, limit: int = 50,
@@ -265,7 +266,8 @@ def list_schedules(s: Session) -> list[dict[str, Any]]:
                     "host": str(sub.get("host", "")), "devices": list(sub.get("devices") or []),
                     "priority": int(sub.get("priority") or 0), "expires_after_s": sc.expires_after_s,
                     "next_fire_at": sc.next_fire_at, "last_fired_at": sc.last_fired_at,
-                    "last_run_id": sc.last_run_id, "last_error": sc.last_error or "", "created_at": sc.created_at})
+                    "last_run_id": sc.last_run_id, "last_error": sc.last_error or "", "created_at": sc.created_at,
+                    "disabled_reason": sc.disabled_reason or ""})
     return out
 
 

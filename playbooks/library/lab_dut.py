@@ -228,7 +228,7 @@ def detect_interface(real: str) -> str:
     name = os.path.basename(real)
     if os.path.isfile(real):
         return "file"
-    if re.match(r"^nvme\d+n\d+$", name):
+    if re.match(r"^nvme\d+n\d+\Z", name):
         return "nvme"
     vendor = _read_sys(f"/sys/class/block/{name}/device/vendor")
     if name.startswith("sd"):
@@ -245,7 +245,7 @@ def _read_sys(path: str) -> str:
 
 
 def nvme_ids(real: str, ctrl: str | None, nsid: int | None) -> tuple[str | None, int | None]:
-    m = re.match(r"^nvme(\d+)n(\d+)$", os.path.basename(real))
+    m = re.match(r"^nvme(\d+)n(\d+)\Z", os.path.basename(real))
     if m:
         ctrl = ctrl or f"/dev/nvme{m.group(1)}"
         nsid = nsid or int(m.group(2))

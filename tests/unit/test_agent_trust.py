@@ -203,3 +203,59 @@ def test_an_oversized_artifact_never_keeps_the_end_from_being_reported(tmp_path:
     arts = {a.name: a.content() for a in ended.artifacts}
     assert set(arts) == {"job.fio", "fio.stderr"}
     assert arts["fio.stderr"].startswith(b"[first 1990 bytes left out]\n") and arts["fio.stderr"].endswith(b"words")
+
+
+# --- issue 29: an id ending in a newline, declared patterns that could backtrack, Celery's own tasks -------------
+
+@pytest.mark.parametrize("bad_id", ["r1-s000-a1\n", "a\n", "a1\r\n"])
+def test_an_id_ending_in_a_newline_is_dropped_without_a_traceback(agent: tuple[Agent, list[Event], Path],
+                                                                  bad_id: str) -> None:
+    """``SAFE_ID.match`` took ``"a1\\n"`` (Python's ``$`` matches before a final newline): the agent published a
+    refusal for that id, the event's own model refused it, and the task died with a traceback."""
+    a, sent, tmp = agent
+    a.start_step(payload(str(tmp / "dut0.img"), attempt_id=bad_id))
+    a.start_step(payload(str(tmp / "dut0.img"), attempt_id=bad_id, workload={"footprint": INJECTION}))
+    assert sent == []                     # an id that is not path-safe names no attempt the controller could know
+    assert not (tmp / "state" / "attempts").exists() or not any((tmp / "state" / "attempts").iterdir())
+
+
+@pytest.mark.timeout(30)
+def test_a_backtracking_pattern_answers_at_once(tmp_path: Path) -> None:
+    """``^(a+)+$`` against 32 'a' and a '!' held the agent at full CPU for minutes with Python's ``re`` (its
+    heartbeats stopped); RE2 answers in linear time."""
+    from agents.workloads import parse
+    from labcontract.apps import ExternalParams
+
+    decl = parse("workloads:\n  - name: w\n    command: [/bin/true]\n    timeout_s: 60\n    destructive: false\n"
+                 "    params:\n      tag: {type: str, pattern: '^(a+)+$', max_length: 256}\n", "w.yaml")
+    started = time.monotonic()
+    for n in (32, 50, 255):
+        _d, _values, problems = decl.resolve(ExternalParams(workload="w", params={"tag": "a" * n + "!"}))
+        assert problems == ["parameter 'tag' of workload w: does not match '^(a+)+$'"]
+    _d, values, problems = decl.resolve(ExternalParams(workload="w", params={"tag": "a" * 255}))
+    assert problems == [] and values == {"tag": "a" * 255}
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(("pattern", "why"), [
+    (r"^(a)\1$", "cannot be matched without backtracking (RE2: invalid escape sequence: \\1)"),
+    (r"^(?=a)a$", "cannot be matched without backtracking (RE2: invalid perl operator: (?=)"),
+    ("(", "is not a regular expression"),
+])
+def test_a_pattern_re2_cannot_run_stops_the_agent_at_its_start(pattern: str, why: str) -> None:
+    from agents.workloads import parse
+    from labcontract.errors import ConfigError
+
+    text = ("workloads:\n  - name: w\n    command: [/bin/true]\n    timeout_s: 60\n    destructive: false\n"
+            f"    params:\n      tag: {{type: str, pattern: {json.dumps(pattern)}}}\n")
+    with pytest.raises(ConfigError) as e:
+        parse(text, "/etc/lab/w.yaml")
+    assert "/etc/lab/w.yaml" in str(e.value) and "params.tag" in str(e.value) and why in str(e.value)
+
+
+def test_the_worker_runs_only_the_labs_own_tasks(agent: tuple[Agent, list[Event], Path]) -> None:
+    from agents.daemon import make_worker_app
+    from labcontract.protocol import LAB_TASKS
+
+    app = make_worker_app(agent[0], "redis://127.0.0.1:1/0")
+    assert set(app.tasks) == LAB_TASKS       # no celery.accumulate, celery.chord_unlock, celery.backend_cleanup...

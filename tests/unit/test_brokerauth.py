@@ -50,7 +50,9 @@ def test_an_agent_user_names_only_its_own_keys() -> None:
                     "~lab:unacked:h1", "~lab:unacked_index:h1", "~lab:unacked_mutex:h1", "~lab:live:h1",
                     "(%W~lab:events:h1 +xadd)"]                  # its events stream: XADD only (a selector)
     assert not any("*" in k or "?" in k for k in keys)          # no pattern can reach another host's keys
-    assert "-@all" in rules and rules[-2] == "-@dangerous" and "resetchannels" in rules
+    assert "-@all" in rules and "-@dangerous" in rules and "resetchannels" in rules
+    # no command that lists keys: they take no key, so the key patterns above do not bound them (issue 29)
+    assert rules[-5:-1] == ["-@dangerous", "-scan", "-randomkey", "-keys"]
 
 
 @pytest.mark.parametrize("host", ["h*", "a?b", "h[1]", "x y", "", "-lead", "a\\b", "h\n", "x" * 64])

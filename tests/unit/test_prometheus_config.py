@@ -109,7 +109,7 @@ def test_every_rule_has_a_unit_test() -> None:
             f"recording rule {name} has no promql_expr_test"
     alerts = {r["alert"] for r in rules() if "alert" in r}
     assert alerts == {"LabAgentDown", "LabStepStalled", "LabPreconditioningNotConverging", "LabLatencyHigh",
-                      "LabControllerDegraded"}
+                      "LabControllerDegraded", "LabControllerSetAside"}
     assert alerts <= firing, f"alerts never tested firing: {alerts - firing}"
 
 

@@ -248,12 +248,13 @@ def test_a_malformed_interlock_observation_is_refused_in_the_register(env: Any, 
     from pydantic import ValidationError
 
     from labcontract.facts import DeclaredDut
-    from labcontract.interlock import observe
+    from labcontract.interlock import observe, observed_from_dict
 
-    with pytest.raises(ValidationError, match="interlock observation"):
+    with pytest.raises(ValidationError, match="observed"):      # a typed, bounded model (issue 29)
         DeclaredDut(name="dut0", path="/dev/loop9", kind="block", size_bytes=1 << 30, observed=observed)
     real = dataclasses.asdict(observe("/dev/null"))
-    assert DeclaredDut(name="d", path="/dev/null", kind="block", size_bytes=1, observed=real).observed == real
+    dut = DeclaredDut(name="d", path="/dev/null", kind="block", size_bytes=1, observed=real)
+    assert dut.observed is not None and observed_from_dict(dut.observed.as_dict()) == observe("/dev/null")
 
 
 def test_a_labctl_user_cannot_delete_the_commands_stream(tmp_path: Any) -> None:

@@ -45,6 +45,7 @@ class RunSummary(BaseModel):
     submitted_by: str
     max_rounds: int | None = None
     rerun_count: int = 0
+    set_aside: str = ""        # a duty of the controller that failed on this run (its notification, its history)
 
 
 class RunPage(BaseModel):
@@ -154,6 +155,7 @@ class ScheduleOut(BaseModel):
     last_run_id: str | None
     last_error: str
     created_at: float
+    disabled_reason: str = ""      # why the controller disabled it ("": it fires); it never fires again until re-added
 
 
 class SuiteOut(BaseModel):
