@@ -37,7 +37,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -115,7 +114,7 @@ def check_footprint(v: str) -> str:
     """A resolved footprint as a start message carries it: ``N%`` (0 < N <= 100) or a byte count."""
     m = _WORKLOAD_FOOTPRINT.match(v) if isinstance(v, str) else None
     if m is None:
-        raise ValueError(f"footprint {v!r} is neither a percentage (N%) nor a whole number of bytes")
+        raise ValueError(f"footprint {repr(v)[:80]} is neither a percentage (N%) nor a whole number of bytes")
     if m.group(1) is not None:
         if not 0 < float(m.group(1)) <= 100:
             raise ValueError(f"footprint {v!r} must be above 0% and at most 100%")
@@ -185,7 +184,8 @@ class Workload(BaseModel):
     ramp_time: Annotated[int, Field(ge=0, le=MAX_RAMP_S)] = 0
     ioengine: IoEngine = "libaio"
     direct: bool = True
-    footprint: Annotated[str, Field(max_length=64), AfterValidator(check_footprint)] | None = None
+    # the footprint's own check first (its reason is the news), then the bound every wire string has
+    footprint: Annotated[str, BeforeValidator(check_footprint), Field(max_length=64)] | None = None
     time_based: bool = True
     refill_buffers: bool = False
     norandommap: bool = False

@@ -232,4 +232,4 @@ def test_every_dashboard_query_returns_data_from_a_real_run(telemetry_lab: tuple
     assert max(values(prom.query_range(f'lab:fio_iops:rate5s{{device="{device}"}}', start, end))) > 0
     alerts = {r["name"] for g in rules for r in g["rules"] if r["type"] == "alerting"}
     assert alerts == {"LabAgentDown", "LabStepStalled", "LabPreconditioningNotConverging", "LabLatencyHigh",
-                      "LabControllerDegraded"}
+                      "LabControllerDegraded", "LabControllerSetAside"}
