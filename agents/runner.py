@@ -364,6 +364,9 @@ class FioRunner:
             outcome, reason = "timeout", attempt.file("timeout").read_text().strip()
         elif cancelled.exists():
             outcome, reason = "cancelled", cancelled.read_text().strip()
+        elif rc is None and st.get("boot_id") and st.get("boot_id") != self.boot:
+            outcome, reason = "error", ("the host restarted while fio ran (its boot id changed: a power loss or a "
+                                        "reset); fio left no exit code")
         elif rc is None:
             outcome, reason = "error", "fio ended without recording an exit code (killed with its wrapper)"
         else:

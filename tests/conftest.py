@@ -45,6 +45,11 @@ profiles:
 """
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--vmlab", action="store_true", default=False,
+                     help="run the VM tier (tests/vmlab: QEMU guests; make vmtest)")
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process (e.g. a fio the agent left in its own session) still exists."""
     try:

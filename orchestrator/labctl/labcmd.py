@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -28,12 +29,21 @@ def up(
     size_mib: Annotated[int, typer.Option(help="Size of each DUT.", min=16, max=65536)] = 256,
     lab_dir: Annotated[Path | None, typer.Option(help="The lab's directory: store, broker data, secrets, logs "
                                                       "(default: a new temporary one).")] = None,
+    vms: Annotated[int | None, typer.Option(help="Instead: a lab of this many virtual hosts (QEMU, as root), the "
+                                                 "controller host and N-1 agent hosts with NVMe controllers, to "
+                                                 "deploy with site.yml (docs/vmlab.md). Run from the checkout's "
+                                                 "root.", min=2, max=8)] = None,
+    vm_cache: Annotated[Path, typer.Option(help="Where the guest image is cached (with --vms).")] = (
+        Path.home() / ".cache" / "storagelab" / "vmlab"),
 ) -> None:
     """Start the lab and its web service, print the URL and an admin token, and keep everything running until
-    Ctrl-C (or SIGTERM); then stop every process of it."""
+    Ctrl-C (or SIGTERM); then stop every process of it. With --vms N: boot N virtual hosts instead and print the
+    inventory and the command that deploys the lab onto them."""
     from orchestrator.labs.up import StopSignals, serve_until_stopped, start_lab_up
 
     root = (lab_dir or Path(tempfile.mkdtemp(prefix="storagelab-lab-"))).resolve()
+    if vms is not None:
+        raise typer.Exit(_vms_up(root, vms, vm_cache.resolve()))
     signals = StopSignals()
     code = 1
     try:
@@ -60,3 +70,36 @@ def up(
     finally:
         signals.restore()
     raise typer.Exit(code)
+
+
+def _vms_up(root: Path, n: int, cache: Path) -> int:
+    from orchestrator.labs.up import StopSignals
+    from orchestrator.labs.vmlab.up import serve_vms_until_stopped, start_vm_lab
+
+    checkout = Path.cwd()
+    signals = StopSignals()
+    try:
+        try:
+            up_ = start_vm_lab(root, checkout, n, cache, progress=lambda line: print(line, flush=True))
+        except KeyboardInterrupt:
+            print("interrupted while starting; stopped", file=sys.stderr)
+            return 130
+        except LabError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        signals.starting = False
+        try:
+            for name, vm in up_.lab.vms.items():
+                print(f"{name}: {vm.spec.address} (booted in {up_.boots.get(name, 0):.0f} s)  "
+                      f"ssh: {shlex.join(vm.ssh_argv('')[:-1])}", flush=True)
+            print(f"inventory: {up_.inventory}", flush=True)
+            print(f"deploy: {up_.deploy_command(checkout)}", flush=True)
+            print(f"lab directory: {root}; Ctrl-C stops the VMs", flush=True)
+            return serve_vms_until_stopped(up_, signals.stop, lambda line: print(line, file=sys.stderr, flush=True))
+        finally:
+            up_.lab.cleanup()
+            print(f"VM lab stopped ({len(up_.lab.vms)} VMs, their disks removed; the image stays in {cache})",
+                  flush=True)
+    finally:
+        signals.restore()
+

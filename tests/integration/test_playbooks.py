@@ -31,6 +31,35 @@ def test_every_playbook_passes_syntax_check() -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def documented_playbook_commands() -> list[str]:
+    """Every ``ansible-playbook`` command line the docs and the README show (a code line starting with it)."""
+    import re
+
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for line in doc.read_text().splitlines():
+            m = re.search(r"(?:^|`)(ansible-playbook -i [^`#]+?)\s*(?:`|#|$)", line.strip())
+            if m:
+                found.append(m.group(1).strip())
+    return found
+
+
+def test_the_documented_deploy_commands_parse_from_the_checkouts_root() -> None:
+    """``ansible-playbook -i inventory/example playbooks/site.yml`` from the checkout's root, with no ANSIBLE_*
+    setting, as a new user types it: the collections and roles are found through the root's ansible.cfg (before
+    it, community.general.modprobe could not be resolved). Each documented command, with --syntax-check."""
+    import os
+
+    commands = documented_playbook_commands()
+    assert "ansible-playbook -i inventory/example playbooks/site.yml" in commands, commands
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
+    for command in commands:
+        argv = command.replace("inventory/mylab", "inventory/example").split()
+        res = subprocess.run([*argv, "--syntax-check"], capture_output=True, text=True, env=env, cwd=ROOT)
+        assert res.returncode == 0, f"{command}: {res.stdout[-2000:]}{res.stderr[-2000:]}"
+
+
 def test_ansible_lint_production_profile_is_clean() -> None:
     res = subprocess.run([str(VENV_BIN / "ansible-lint"), "--profile", "production", "--nocolor", "-q", "."],
                          capture_output=True, text=True, env=ansible_env(), cwd=PLAYBOOKS)

@@ -155,6 +155,18 @@ def test_after_a_reboot_or_from_an_older_agent_the_hosts_own_launch_time_counts(
     assert runner.overdue(att)
 
 
+def test_an_attempt_cut_by_a_power_loss_says_the_host_restarted(tmp_path: Path) -> None:
+    """Found on the VM lab (tests/vmlab/test_4_faults.py): after a power loss the agent's report said only "killed
+    with its wrapper"; an attempt launched in another boot says the host restarted."""
+    runner, att = attempt_with_state(tmp_path, launched_at=time.time() - 10, launched_mono=1.0, boot_id="before",
+                                     timeout_s=120)
+    ended = runner.collect(att, "h1")
+    assert ended.outcome == "error" and ended.reason.startswith("the host restarted while fio ran")
+    runner, att = attempt_with_state(tmp_path / "b", launched_at=time.time() - 10, launched_mono=1.0,
+                                     boot_id=runner_mod.boot_id(), timeout_s=120)
+    assert "killed with its wrapper" in runner.collect(att, "h1").reason
+
+
 def test_start_cancel_report_and_net_fields_are_bounded() -> None:
     from pydantic import ValidationError
 
