@@ -69,6 +69,23 @@ ARTIFACTS = kinds.all_artifacts()     # every kind's (each attempt sends its own
 SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
+def write_durable(path: Path, text: str) -> None:
+    """``text`` on the disk, with the directory entries that lead to it, before this returns: a power loss right
+    after a launch keeps the attempt's record and its boot id (seen on the VM lab: without it the record of an
+    attempt cut by a power loss was lost with the page cache, and its end said only "killed with its wrapper")."""
+    with path.open("w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if hasattr(os, "O_DIRECTORY"):             # POSIX: the directories too; Windows has no handle for them
+        for d in (path.parent, path.parent.parent):
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
 def boot_id() -> str:
     """This boot's id: monotonic clock readings are comparable only within one boot."""
     return current().boot_id()
@@ -204,7 +221,7 @@ class FioRunner:
                  "timeout_s": msg.timeout_s, "deadline": launched + msg.timeout_s,
                  "job_sha256": hashlib.sha256(job.encode()).hexdigest(),
                  "action": kind.action, "command_version": kind.command_version}
-        (path / "state.json").write_text(json.dumps(state))
+        write_durable(path / "state.json", json.dumps(state))
         return attempt, True
 
     @functools.cached_property

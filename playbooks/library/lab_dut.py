@@ -213,6 +213,15 @@ class Tools:
         self.reads.append(shlex.join(argv))
         return self._run(argv)
 
+    def try_write(self, argv: list[str]) -> tuple[int, str]:
+        """A write whose failure the caller handles: (rc, its output or error)."""
+        self.writes.append(shlex.join(argv))
+        if self.module.check_mode:
+            return 0, ""
+        exe = self.module.get_bin_path(argv[0], required=True)
+        rc, out, err = self.module.run_command([exe, *argv[1:]])
+        return rc, str(out) if rc == 0 else (err.strip() or out.strip())
+
     def write(self, argv: list[str]) -> str:
         self.writes.append(shlex.join(argv))
         return "" if self.module.check_mode else self._run(argv)
@@ -416,6 +425,8 @@ def do_op_mode(module: AnsibleModule, tools: Tools, dev: dict[str, Any]) -> dict
 def op_unsupported(method: str, iface: str, caps: dict[str, Any]) -> str | None:
     if method == "nvme_ns" and (iface != "nvme" or not caps.get("ns_management")):
         return "needs an NVMe controller with namespace management (OACS bit 3)"
+    if method == "nvme_ns" and not caps.get("tnvmcap"):      # QEMU 7.2 sets OACS bit 3 and reports 0
+        return "the controller reports no total NVM capacity (TNVMCAP 0) to size a namespace from"
     if method == "ata_hpa" and iface != "ata":
         return "needs an ATA device"
     if method == "scsi_resize" and iface != "scsi":
@@ -435,8 +446,14 @@ def op_nvme(module: AnsibleModule, tools: Tools, dev: dict[str, Any], pct: int,
     if ns["nsze"] == target:
         return False, dev["capacity"], dev["capacity"], {}
     nsid = dev["nsid"]
+    done: list[str] = []
     for argv in nvme_ns_plan(dev["ctrl"], nsid, caps["cntlid"], ns["flbas"], target):
-        out = tools.write(argv)
+        rc, out = tools.try_write(argv)
+        if rc != 0:     # a controller that sets OACS bit 3 and refuses a step (QEMU 7.2 does): put the namespace back
+            back = restore_namespace(tools, dev["ctrl"], dev["nsid"], caps["cntlid"], ns, done)
+            module.fail_json(msg=f"{dev['path']}: OP by namespace management failed at {shlex.join(argv)} "
+                                 f"(rc={rc}): {out}; {back}", commands=tools.writes)
+        done.append(argv[1])
         if argv[1] == "create-ns" and not module.check_mode:
             nsid = parse_nvme_create_ns(out)
             if nsid != dev["nsid"]:
@@ -446,6 +463,26 @@ def op_nvme(module: AnsibleModule, tools: Tools, dev: dict[str, Any], pct: int,
     after = parse_nvme_id_ns(tools.read(["nvme", "id-ns", dev["ctrl"], f"--namespace-id={nsid}", "-o", "json"]))
     verify(module, "NVMe namespace size (blocks)", after["nsze"], target)
     return True, after["size_bytes"], after["size_bytes"], {}
+
+
+def restore_namespace(tools: Tools, ctrl: str, nsid: int, cntlid: int, ns: dict[str, Any], done: list[str]) -> str:
+    """After a failed step of the namespace plan: the namespace as it was (re-attached if it was only detached,
+    re-created at its former size if it was deleted: its data is gone then); what was done, for the message."""
+    ids = [f"--namespace-id={nsid}", f"--controllers={cntlid}"]
+    if "detach-ns" not in done or "attach-ns" in done:
+        return "the namespace was not changed"
+    steps = [["nvme", "attach-ns", ctrl, *ids], ["nvme", "ns-rescan", ctrl]]
+    what = f"namespace {nsid} re-attached as it was"
+    if "delete-ns" in done and "create-ns" not in done:
+        steps.insert(0, ["nvme", "create-ns", ctrl, f"--nsze={ns['nsze']}", f"--ncap={ns['nsze']}",
+                         f"--flbas={ns['flbas']}"])
+        what = f"namespace {nsid} re-created at its former size ({ns['nsze']} blocks; its data is gone)"
+    for argv in steps:
+        rc, out = tools.try_write(argv)
+        if rc != 0:
+            return (f"putting it back failed too at {shlex.join(argv)}: {out} (the namespace is gone until "
+                    "restored by hand)")
+    return what
 
 
 def op_ata(module: AnsibleModule, tools: Tools, dev: dict[str, Any], pct: int,

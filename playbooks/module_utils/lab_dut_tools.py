@@ -250,7 +250,7 @@ def choose_purge(interface: str, caps: dict[str, Any]) -> str:
 
 def choose_op_method(interface: str, caps: dict[str, Any]) -> str:
     """The best OP-mode method the device supports (``auto``)."""
-    if interface == "nvme" and caps.get("ns_management"):
+    if interface == "nvme" and caps.get("ns_management") and caps.get("tnvmcap"):   # a size to compute OP from
         return "nvme_ns"
     if interface == "ata" and caps.get("hpa") is not None:
         return "ata_hpa"

@@ -114,6 +114,8 @@ def test_op_method_choice_and_nvme_plan() -> None:
     ctrl = t.parse_nvme_id_ctrl(fixture("nvme_id_ctrl.json"))
     assert t.choose_op_method("nvme", ctrl) == "nvme_ns"
     assert t.choose_op_method("nvme", {**ctrl, "ns_management": False}) == "footprint"
+    # QEMU 7.2's controller: OACS bit 3 set, TNVMCAP 0 (found on the VM lab): no namespace size to compute
+    assert t.choose_op_method("nvme", {**ctrl, "tnvmcap": 0}) == "footprint"
     assert t.choose_op_method("ata", {"hpa": {"current": 1, "native": 1}}) == "ata_hpa"
     assert t.choose_op_method("scsi", {}) == "scsi_resize" and t.choose_op_method("virtual", {}) == "footprint"
     plan = t.nvme_ns_plan("/dev/nvme0", 1, 65, 0, 6001181222)

@@ -173,7 +173,7 @@ def play(lab: VmLab, inventory: Path, playbook: str, *extra: str, timeout: float
 
 def mitogen_env() -> dict[str, str]:
     """Mitogen's strategy for the plays (docs/vmlab.md): one Python per guest for the whole play instead of one per
-    task, which under TCG takes site.yml from about 27 to about 10 minutes. The playbooks are the same."""
+    task, which under TCG takes site.yml from about 27 to about 8 minutes. The playbooks are the same."""
     import ansible_mitogen
 
     plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"

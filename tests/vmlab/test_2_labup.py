@@ -49,7 +49,7 @@ def test_lab_up_vms_boots_a_reachable_lab_and_ctrl_c_stops_it(image: Image, tmp_
         inventory = Path(re.findall(r"^inventory: (.+)$", out, re.M)[0])
         doc = yaml.safe_load(inventory.read_text())
         agents = doc["all"]["children"]["agents"]["hosts"]
-        assert [d["name"] for d in agents["nvme1"]["duts"]] == ["nvme0", "nvme1"]
+        assert [d["name"] for d in agents["nvme1"]["duts"]] == ["nvme0", "nvme1", "scsi0"]
         deploy = re.findall(r"^deploy: make wheel && (.+)$", out, re.M)[0]
         netns = shlex.split(deploy)[:4]             # ip netns exec NAME: where the VMs are reachable from
         ping = subprocess.run([*netns, str(VENV / "bin" / "ansible"), "all", "-i", str(inventory), "-m", "ping"],
