@@ -29,7 +29,7 @@ test: system-test-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 
 # The VM tier: real hosts as QEMU guests (their own kernel, systemd, NVMe controllers, dm-multipath) on a private
 # network namespace; site.yml deploys onto them. The guest image is built once from Debian's packages and cached
-# in $(VMLAB_CACHE) (about 2 GB). Under TCG (no nested KVM) it takes about 25 minutes on 2 CPUs.
+# in $(VMLAB_CACHE) (about 2 GB). Under TCG (no nested KVM) it takes 23 to 28 minutes on 2 CPUs.
 VMLAB_CACHE ?= $(HOME)/.cache/storagelab/vmlab
 vmtest: system-test-deps vm-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 	STORAGELAB_VMLAB_CACHE=$(VMLAB_CACHE) $(VENV)/bin/pytest --vmlab tests/vmlab $(VMTEST_ARGS)
