@@ -147,11 +147,21 @@ class StopSignals:
             signal.signal(s, h)
 
 
-def serve_until_stopped(up: LabUp, stop: threading.Event, say: Callable[[str], None]) -> int:
-    """Keep the lab up until ``stop`` is set (0) or one of its processes exits (1, with its log's tail)."""
-    while not stop.wait(0.5):
-        dead = up.dead()
-        if dead is not None:
-            say(f"{dead.name} exited with code {dead.popen.returncode}; stopping the lab:\n{dead.tail()}")
+def watch_until_stopped(stop: threading.Event, down: Callable[[], str | None], say: Callable[[str], None],
+                        interval: float = 0.5) -> int:
+    """Wait until ``stop`` is set (0) or ``down()`` names a part of the lab that went down (1, after saying it)."""
+    while not stop.wait(interval):
+        why = down()
+        if why is not None:
+            say(why)
             return 1
     return 0
+
+
+def serve_until_stopped(up: LabUp, stop: threading.Event, say: Callable[[str], None]) -> int:
+    """Keep the lab up until ``stop`` is set (0) or one of its processes exits (1, with its log's tail)."""
+    def down() -> str | None:
+        dead = up.dead()
+        return None if dead is None else (f"{dead.name} exited with code {dead.popen.returncode}; stopping the "
+                                          f"lab:\n{dead.tail()}")
+    return watch_until_stopped(stop, down, say)

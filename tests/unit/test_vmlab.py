@@ -117,3 +117,20 @@ def test_lab_up_vms_refuses_before_building_or_booting(tmp_path: Path, n: int, c
     with pytest.raises(ConfigError, match=problem.replace("(", r"\(").replace(")", r"\)")):
         start_vm_lab(tmp_path, checkout, n, tmp_path / "cache")
     assert not (tmp_path / "cache").exists() and not (tmp_path / "vms").exists()
+
+
+def test_the_vm_lab_is_watched_until_stopped_or_a_vm_goes_down(tmp_path: Path) -> None:
+    import threading
+
+    from orchestrator.labs.vmlab.up import VmUp, serve_vms_until_stopped
+
+    lab = a_lab(tmp_path, [agent_spec(1, "nvme1")])
+    (lab.vms["nvme1"].dir).mkdir(parents=True)
+    (lab.vms["nvme1"].dir / "console.log").write_text("reboot: Power down\n")
+    said: list[str] = []
+    stop = threading.Event()
+    assert serve_vms_until_stopped(VmUp(lab, tmp_path / "hosts.yml"), stop, said.append) == 1   # never started
+    assert said and said[0].startswith("VM nvme1 stopped; stopping the lab:")
+    stop.set()
+    lab.vms.clear()
+    assert serve_vms_until_stopped(VmUp(lab, tmp_path / "hosts.yml"), stop, said.append) == 0

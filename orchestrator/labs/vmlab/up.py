@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labcontract.errors import ConfigError
+from orchestrator.labs.up import watch_until_stopped
 from orchestrator.labs.vmlab.image import ensure_image, project_requirements
 from orchestrator.labs.vmlab.lab import VmLab, choose_accel, lab_specs, site_inventory
 
@@ -70,9 +71,7 @@ def start_vm_lab(root: Path, checkout: Path, n: int, cache: Path,
 
 def serve_vms_until_stopped(up: VmUp, stop: threading.Event, say: Callable[[str], None]) -> int:
     """Keep the VMs up until ``stop`` is set (0) or one of them powers off (1, with its console's tail)."""
-    while not stop.wait(1.0):
+    def down() -> str | None:
         name = up.down()
-        if name is not None:
-            say(f"VM {name} stopped; stopping the lab:\n{up.lab[name].tail()}")
-            return 1
-    return 0
+        return None if name is None else f"VM {name} stopped; stopping the lab:\n{up.lab[name].tail()}"
+    return watch_until_stopped(stop, down, say, interval=1.0)
