@@ -13,6 +13,7 @@ from agents.daemon import DEFAULT_APP_MOUNT_ROOT, Agent, AgentConfig, EventPubli
 from agents.exporter import AgentCollector, parse_net_decl
 from agents.facts import collect_host_facts, declare_dut
 from agents.runner import FioRunner
+from agents.statelock import hold_state_dir
 from agents.workloads import Workloads
 from agents.workloads import load as load_workloads
 from labcontract.brokerauth import check_agent_user
@@ -114,6 +115,7 @@ def main(opts: AgentOptions) -> None:
     config = AgentConfig(host=host, broker_url=opts.broker_url, state_dir=opts.state_dir, duts=duts,
                          heartbeat_s=opts.heartbeat_s, fio_binary=opts.fio_binary, net_paths=decls,
                          manage_mtu=opts.manage_mtu, workloads=workloads, app_mount_root=opts.app_mount_root)
+    lock = hold_state_dir(opts.state_dir)    # noqa: F841  (held until the process ends)
     client = redis_client(opts.broker_url)
     publisher = EventPublisher(client, host)
     runner = FioRunner(opts.state_dir, opts.fio_binary)

@@ -113,7 +113,8 @@ def test_an_agent_cannot_fill_the_store_through_its_registration(lab: LabHandle)
             size = len(json.dumps(r.provenance))
             assert size < 70 << 10, f"a result row keeps {size} bytes of provenance"    # it kept 8.4 MB
             assert r.provenance["host"]["cpu_model"] == "x" * 256 and "block_devices" not in r.provenance["host"]
-    lab.restart_agent()                  # its true facts again, for the other tests of the module
+    lab.lab.stop_proc(lab.agent)         # its true facts again, for the other tests of the module
+    lab.restart_agent()
 
 
 def test_a_registration_over_the_facts_bound_is_dead_lettered(lab: LabHandle) -> None:
