@@ -21,6 +21,8 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from agents import health, kinds
+from agents.drivehealth import HelperSource
+from agents.drivehealth import smart_check as drive_smart_check
 from agents.live import LiveReader
 from agents.runner import SAFE_ID, Attempt, FioRunner
 from agents.workloads import Workloads
@@ -182,6 +184,11 @@ class Agent:
         return health.run_checks(self.host, self.config.state_dir, self.config.fio_binary, self.config.duts) + smart
 
     def _refresh_smart(self) -> None:
+        source = self.runner.health
+        if isinstance(source, HelperSource):        # not root: the root helper reads them (agents.drivehealth)
+            readings = source.read([(d.name, d.path) for d in self.config.duts])
+            self._smart = tuple(drive_smart_check(r) for r in readings)
+            return
         self._smart = tuple(c for d in self.config.duts if (c := health.smart_check(d)) is not None)
 
     def stop(self) -> None:

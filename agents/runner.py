@@ -12,6 +12,8 @@ Layout under the agent's state directory::
         fio.json        fio --output (json+)
         fio.stdout      fio.stderr
         rc              fio's exit code, written by the wrapper shell when fio exits
+        drive-health.json  the DUTs' health (NVMe smart-log / smartctl) before the launch and after the end, when the
+                        kind reads it (StepKind.reads_health) and the agent has a source (agents.drivehealth)
         cancelled       present when the attempt was cancelled (holds the reason)
         released        present once the kind's cleanup ran after the process ended (what it did)
         cleanup-error   the kind's cleanup failed (why); it is tried again before the next report
@@ -45,11 +47,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents import kinds
+from agents.drivehealth import HealthSource
 from agents.kinds import Host, StepKind, Targets, same_device
 from agents.kinds.fio import CheckedJob, checked_job
 from agents.kinds.net import net_spec
 from agents.kinds.purge import purge_script
 from agents.platform import Platform, current
+from labcontract.drivehealth import ARTIFACT as HEALTH_ARTIFACT
+from labcontract.drivehealth import DriveHealth, parse_drive_health
 from labcontract.errors import FioError, LabError
 from labcontract.facts import DeclaredDut, NetPathDecl
 from labcontract.protocol import ARTIFACT_MAX_BYTES, Artifact, StartStep, StepEnded
@@ -145,6 +150,7 @@ class FioRunner:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._releasing: dict[str, threading.Thread] = {}   # slow cleanups under way (StepKind.slow_cleanup)
         self.on_exit = on_exit      # called from a waiter thread the moment a child exits
+        self.health: HealthSource | None = None   # reads the DUTs' health around a step (None: not read)
 
     def attempt_path(self, attempt_id: str) -> Path:
         """The attempt's directory, inside the attempts directory (FioError for an id that is not path-safe)."""
@@ -199,6 +205,10 @@ class FioRunner:
         tmp.mkdir()
         for name, text in launch.files.items():
             (tmp / name).write_text(text)
+        if self.health is not None and kind.reads_health and targets.duts:
+            before = self.health.read([(d.name, d.path) for d in targets.duts])
+            if before:
+                (tmp / HEALTH_ARTIFACT).write_text(DriveHealth(before=before).model_dump_json())
         (tmp / "start.json").write_text(msg.model_dump_json())
         tmp.rename(path)   # the attempt exists from here on: a redelivered start is a no-op
         attempt = Attempt(msg.attempt_id, path)
@@ -353,6 +363,7 @@ class FioRunner:
             cleanup_failed = attempt.file("cleanup-error").read_text().strip()
         else:
             cleanup_failed = self.release(attempt)
+        self.read_health_after(attempt)
         st = attempt.state()
         rc = attempt.exit_code
         arts, too_big = [], []
@@ -397,6 +408,24 @@ class FioRunner:
         return StepEnded(host=host, attempt_id=attempt.attempt_id, outcome=outcome, reason=reason,
                          exit_code=rc, fio_started_at=launched if isinstance(launched, float) else None,
                          fio_ended_at=ended, artifacts=tuple(arts))
+
+    def read_health_after(self, attempt: Attempt) -> None:
+        """Add the after-readings to the attempt's ``drive-health.json`` (once; never raises: a reading that fails
+        is recorded with its error by the source, an unreadable file is left as it is)."""
+        f = attempt.file(HEALTH_ARTIFACT)
+        if self.health is None or not f.exists():
+            return
+        try:
+            health = parse_drive_health(f.read_bytes(), str(f))
+            if health.after:
+                return
+            after = self.health.read([(r.name, r.path) for r in health.before])
+            text = health.model_copy(update={"after": after}).model_dump_json()
+            tmp = attempt.file(HEALTH_ARTIFACT + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(f)
+        except (OSError, LabError) as e:
+            log.warning("attempt %s: drive health after the step not recorded: %s", attempt.attempt_id, e)
 
     def mark_reported(self, attempt: Attempt) -> None:
         attempt.file("reported").write_text(f"{time.time()}\n")

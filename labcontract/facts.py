@@ -41,6 +41,9 @@ class BlockDevice(BaseModel):
     driver: FactId | None = None
     transport: FactId | None = None
     controller: FactId | None = None
+    # optional (agents before 0.14 send none): the sizes the kernel reports (NVMe: the LBA format in use)
+    logical_block_size: Count | None = None
+    physical_block_size: Count | None = None
 
 
 class StorageController(BaseModel):

@@ -163,6 +163,8 @@ class HostVars(BaseModel):
     lab_agent_log_dir: str | None = None
     lab_agent_run_dir: str | None = None
     lab_agent_script: str | None = None
+    lab_agent_drive_health_socket: str | None = None
+    lab_agent_drive_health_config: str | None = None
     duts: tuple[Dut, ...] = ()
     nics: tuple[Nic, ...] = ()
     metrics_address: str | None = None
@@ -173,7 +175,8 @@ class HostVars(BaseModel):
         return v if v is None else host_address(v)
 
     @field_validator("lab_state_dir", "lab_agent_venv", "lab_agent_state_dir", "lab_agent_log_dir",
-                     "lab_agent_run_dir", "lab_agent_script")
+                     "lab_agent_run_dir", "lab_agent_script", "lab_agent_drive_health_socket",
+                     "lab_agent_drive_health_config")
     @classmethod
     def _paths(cls, v: str | None) -> str | None:
         return v if v is None else safe_path(v)

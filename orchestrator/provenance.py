@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from labcontract.drivehealth import DriveHealth, HealthSnapshot, bytes_written, grew
 from labcontract.errors import LabError
 from labcontract.suite import parse_suite
 from labcontract.units import format_size
@@ -25,7 +26,7 @@ from orchestrator.states import TERMINAL_RUN
 from orchestrator.store.models import Result, Run, Step
 
 UNKNOWN = "unknown"
-DEVICE_COLUMNS = ("name", "path", "model", "serial", "firmware", "capacity", "driver")
+DEVICE_COLUMNS = ("name", "path", "model", "serial", "firmware", "capacity", "sector", "driver")
 ReadArtifact = Callable[[str], bytes]     # an artifact's bytes by its path under the artifact root
 Rows = list[tuple[str, str]]
 
@@ -103,7 +104,16 @@ def _device_row(d: Mapping[str, Any], host: Mapping[str, Any]) -> dict[str, str]
     driver = text(d.get("driver")) + (f" ({via})" if via and d.get("driver") else "")
     return {"name": text(d.get("name")), "path": text(d.get("path")), "model": text(d.get("model")),
             "serial": text(d.get("serial")), "firmware": text(d.get("firmware")),
-            "capacity": _gb(d.get("size_bytes")), "driver": driver}
+            "capacity": _gb(d.get("size_bytes")), "sector": _sector(d), "driver": driver}
+
+
+def _sector(d: Mapping[str, Any]) -> str:
+    """``512 B``, ``512 B (physical 4,096 B)``: the logical block size (an NVMe namespace's LBA format in use)."""
+    logical, physical = d.get("logical_block_size"), d.get("physical_block_size")
+    if not isinstance(logical, int):
+        return UNKNOWN
+    return f"{logical:,} B" + (f" (physical {physical:,} B)" if isinstance(physical, int) and physical != logical
+                               else "")
 
 
 def device_label(devices: Sequence[Mapping[str, Any]]) -> str:
@@ -284,6 +294,82 @@ def _main_result(detail: RunDetail) -> Result | None:
     return measured[-1] if measured else None
 
 
+def _change(name: str, steps: Sequence[tuple[Step, HealthSnapshot, HealthSnapshot]], attr: str) -> str | None:
+    """``media errors 0 → 0`` over the steps: the first reading before, the last after, and how much it grew
+    during the steps (None when the device does not report it)."""
+    first, last = getattr(steps[0][1], attr), getattr(steps[-1][2], attr)
+    if first is None or last is None:
+        return None
+    during = sum(g for _, b, a in steps if (g := grew(attr, b, a)) is not None)
+    return f"{name} {first} → {last}" + (f" (+{during} during the steps)" if during else "")
+
+
+HEALTH_COUNTERS = (("media errors", "media_errors"), ("error log entries", "error_log_entries"),
+                   ("minutes over the warning temperature", "warning_temp_minutes"),
+                   ("thermal throttle transitions", "throttle_transitions"))
+
+
+def _health_by_device(detail: RunDetail) -> tuple[dict[str, list[tuple[Step, HealthSnapshot, HealthSnapshot]]],
+                                                  dict[str, str]]:
+    """Per DUT name its (step, before, after) snapshots in the order of the steps, and per DUT the first reading
+    that failed (with its step)."""
+    steps: dict[str, list[tuple[Step, HealthSnapshot, HealthSnapshot]]] = {}
+    errors: dict[str, str] = {}
+    for st in sorted(detail.steps, key=lambda st: (st.seq, st.round)):
+        res = detail.results.get(st.id)
+        raw = (res.provenance or {}).get("drive_health") if res is not None else None
+        if not isinstance(raw, dict):
+            continue
+        try:
+            health = DriveHealth.model_validate(raw)
+        except ValueError:
+            continue
+        after = {r.name: r for r in health.after}
+        for r in (*health.before, *health.after):
+            if r.error:
+                errors.setdefault(r.name, f"{r.error} (step {st.name})")
+        for b in health.before:
+            a = after.get(b.name)
+            if a is not None and b.snapshot is not None and a.snapshot is not None:
+                steps.setdefault(b.name, []).append((st, b.snapshot, a.snapshot))
+    return steps, errors
+
+
+def drive_health_rows(detail: RunDetail) -> Rows:
+    """Per DUT, what the drive itself said around the run's fio steps (labcontract.drivehealth): temperature
+    (first, last, highest), what it counted written during the steps, errors, warnings and thermal throttling;
+    every step after which the drive raised a critical warning or counted new media errors is named."""
+    by_device, errors = _health_by_device(detail)
+    rows: Rows = []
+    for name, steps in by_device.items():
+        temps = [t for _, b, a in steps for t in (b.temperature_c, a.temperature_c) if t is not None]
+        parts = [f"{steps[0][1].source} around {len(steps)} step(s)"]
+        if temps:
+            parts.append(f"temperature {steps[0][1].temperature_c} → {steps[-1][2].temperature_c} °C "
+                         f"(highest {max(temps)} °C)")
+        written = [w for _, b, a in steps if (w := bytes_written(b, a)) is not None]
+        if written:
+            parts.append(f"the drive counted {_fmt_bytes(sum(written))} written during the steps")
+        parts += [c for label, attr in HEALTH_COUNTERS if (c := _change(label, steps, attr)) is not None]
+        warns = sorted({a.critical_warning for _, _, a in steps if a.critical_warning})
+        parts.append(f"critical warning {', '.join(f'0x{w:02x}' for w in warns)}" if warns
+                     else "no critical warning")
+        if steps[-1][2].percent_used is not None:
+            parts.append(f"{steps[-1][2].percent_used}% of its rated endurance used")
+        rows.append((f"drive health: {name}", "; ".join(parts)))
+        for st, b, a in steps:
+            flagged = [f"critical warning 0x{a.critical_warning:02x}"] if a.critical_warning else []
+            flagged += [f"{g} new media error(s)"] if (g := grew("media_errors", b, a)) else []
+            if flagged:
+                rows.append((f"drive health: {name}, after step {st.name}", ", ".join(flagged)))
+    rows += [(f"drive health: {name}", f"not read: {why}") for name, why in errors.items() if name not in by_device]
+    return rows
+
+
+def _fmt_bytes(n: int) -> str:
+    return f"{n / 1e9:,.2f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
+
+
 def _network_sections(detail: RunDetail) -> list[tuple[str, Rows]]:
     topo = detail.run.topology or {}
     by_host: dict[str, Result] = {}
@@ -331,6 +417,9 @@ def describe(detail: RunDetail, read_artifact: ReadArtifact | None = None) -> Pr
     sections = [("Platform", platform),
                 ("Device state", device_state_rows(detail, modes, prov, read_artifact)),
                 ("Run", run_rows(run, warnings))]
+    health = drive_health_rows(detail)
+    if health:
+        sections.insert(2, ("Drive health", health))
     return Provenance(device_label=device_label(devices), os=text(host.get("os")), op_modes=modes,
                       partial=run.state not in TERMINAL_RUN, sections=sections,
                       devices=[_device_row(d, host) for d in devices], warnings=warnings)

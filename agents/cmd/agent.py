@@ -10,6 +10,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from agents.daemon import DEFAULT_APP_MOUNT_ROOT, Agent, AgentConfig, EventPublisher, LivePublisher, run_agent
+from agents.drivehealth import DEFAULT_HELPER_SOCKET, source_for
 from agents.exporter import AgentCollector, parse_net_decl
 from agents.facts import collect_host_facts, declare_dut
 from agents.runner import FioRunner
@@ -39,6 +40,7 @@ class AgentOptions:
     log_level: str = "INFO"
     logfile: str | None = None
     metrics_port: int | None = DEFAULT_AGENT_METRICS_PORT   # None: no exporter; 0: an ephemeral port
+    drive_health_socket: Path | None = DEFAULT_HELPER_SOCKET   # the root helper (agents.drivehealth)
     metrics_bind: str | None = None         # None: the host of metrics_advertise, else 127.0.0.1 (metrics_bind_address)
     metrics_advertise: str | None = None    # HOST or HOST:PORT announced in the host facts
     net_paths: tuple[str, ...] = ()         # NAME=IFACE, declared network paths
@@ -119,6 +121,7 @@ def main(opts: AgentOptions) -> None:
     client = redis_client(opts.broker_url)
     publisher = EventPublisher(client, host)
     runner = FioRunner(opts.state_dir, opts.fio_binary)
+    runner.health = source_for(opts.drive_health_socket)
     agent = Agent(config=config, facts=facts, runner=runner, publish=publisher.send,
                   publish_live=LivePublisher(client, host).send)
     runner.on_exit = agent.wake
@@ -136,6 +139,8 @@ def main(opts: AgentOptions) -> None:
     log.info("agent %s starting: %d DUT(s): %s; fio %s; external workloads: %s", host, len(duts),
              ", ".join(f"{d.name}={d.path}" for d in duts) or "none", facts.fio_version,
              ", ".join(workloads.names) or "none")
+    log.info("drive health around each step: %s", runner.health.name if runner.health else
+             f"not read (no root helper at {opts.drive_health_socket}, not root)")
     try:
         run_agent(agent, opts.broker_url, loglevel=opts.log_level)
     finally:

@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--app-mount-root", type=Path, default=Path("/run/storagelab/apps"),
                    help="Where application steps mount a DUT's filesystem (<root>/<attempt id>; every OS user must "
                    "be able to traverse it: PostgreSQL runs as its own user).")
+    p.add_argument("--drive-health-socket", type=Path, default=Path("/run/storagelab/drive-health.sock"),
+                   help="The root helper that reads the DUTs' NVMe smart-log / SMART around each fio step "
+                   "(deployed by the lab_agent role); without it an agent running as root reads them itself, "
+                   "any other leaves them out.")
     return p
 
 
@@ -100,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_port=None if ns.no_metrics else ns.metrics_port, metrics_bind=ns.metrics_bind,
             metrics_advertise=ns.metrics_advertise, net_paths=tuple(ns.net_path), manage_mtu=ns.manage_mtu,
             wipe_ok=tuple(ns.wipe_ok), app_workloads=ns.app_workloads,
-            app_mount_root=ns.app_mount_root))
+            app_mount_root=ns.app_mount_root, drive_health_socket=ns.drive_health_socket))
     except LabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -125,6 +125,9 @@ class StepKind(ABC):
     # fresh observations, just before reporting its end, so the controller never judges the next step on a
     # DUT it saw mounted by this one
     refresh_observations: ClassVar[bool] = False
+    # its DUTs' health (NVMe smart-log / smartctl) is read before its launch and after its end
+    # (agents.drivehealth): what a drive says it wrote, its temperature and errors around the step
+    reads_health: ClassVar[bool] = False
     # the agent platforms (Platform.name) it runs on: a start on another is refused (platform_refusal)
     platforms: ClassVar[frozenset[str]] = frozenset({"linux", "windows"})
 

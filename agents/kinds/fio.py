@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from agents.kinds import Host, Interlock, Launch, LiveFigures, StepKind, Targets, same_device
 from agents.platform import Platform
+from labcontract.drivehealth import ARTIFACT as DRIVE_HEALTH
 from labcontract.errors import FioError
 from labcontract.facts import DeclaredDut
 from labcontract.fiojob import JobSection, check_job, render_job
@@ -69,7 +70,8 @@ def written_duts(sections: Sequence[JobSection], duts: Sequence[DeclaredDut]) ->
 
 class FioKind(StepKind):
     action: ClassVar[str] = "fio"
-    artifacts: ClassVar[tuple[str, ...]] = ("job.fio", "fio.json", "fio.stderr")
+    artifacts: ClassVar[tuple[str, ...]] = ("job.fio", "fio.json", "fio.stderr", DRIVE_HEALTH)
+    reads_health: ClassVar[bool] = True
 
     def interlock(self, msg: StartStep, targets: Targets, host: Host) -> Interlock:
         return Interlock("write", checked_job(msg, targets.duts, host.platform).written)

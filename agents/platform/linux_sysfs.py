@@ -220,6 +220,8 @@ def _block_device(
         by_id=tuple(sorted(by_id.get(dev_path, ()))),
         kind=kind,
         backing_file=_read_attr(os.path.join(sysdir, "loop", "backing_file")) if kind == "loop" else None,
+        logical_block_size=_read_int(os.path.join(adir, "queue", "logical_block_size")),
+        physical_block_size=_read_int(os.path.join(adir, "queue", "physical_block_size")),
         **block_driver(adir, name),
     )
 

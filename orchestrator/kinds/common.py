@@ -87,7 +87,7 @@ def device_provenance(host: Host | None, run: Run) -> list[dict[str, Any]]:
         links = {path, *([dev.path, dev.by_id] if dev else [])} - {None}
         block = next((b for b in blocks if b.get("path") in links or links & set(b.get("by_id") or ())), {})
         for k in ("name", "path", "size_bytes", "model", "serial", "firmware", "driver", "transport",
-                  "controller", "rotational"):
+                  "controller", "rotational", "logical_block_size", "physical_block_size"):
             if entry.get(k) is None and block.get(k) is not None:
                 entry[k] = block[k]
         devices.append(entry | {"path": entry.get("path") or path})

@@ -9,7 +9,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from labcontract import interlock
-from labcontract.errors import FioError, StepOutputError
+from labcontract.drivehealth import ARTIFACT as HEALTH_ARTIFACT
+from labcontract.drivehealth import parse_drive_health
+from labcontract.errors import FioError, ProtocolError, StepOutputError
 from labcontract.fiojob import device_section, render_job
 from labcontract.fioresult import StepMetrics, latency_bins, parse_fio_groups
 from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
@@ -44,11 +46,12 @@ class FioKind(BaseKind):
 
     def store(self, ctx: KindContext, s: Session, att: Attempt, stored: Mapping[str, bytes]) -> None:
         try:
-            self._store(ctx, s, att, stored.get("fio.json", b""))
+            self._store(ctx, s, att, stored.get("fio.json", b""), drive_health(att, stored.get(HEALTH_ARTIFACT)))
         except FioError as e:
             raise StepOutputError(str(e)) from e
 
-    def _store(self, ctx: KindContext, s: Session, att: Attempt, raw: bytes) -> None:
+    def _store(self, ctx: KindContext, s: Session, att: Attempt, raw: bytes,
+               health: dict[str, Any] | None = None) -> None:
         """Parse fio's output and store the result; a precondition round also decides whether another
         round follows."""
         step, run = att.step, att.step.run
@@ -73,7 +76,8 @@ class FioKind(BaseKind):
             if bins and lat_hist is not None:
                 lat_hist["per_device"] = {dev: bins[1].get(device_section(step.name, i), {"read": [], "write": []})
                                           for i, dev in enumerate(devices)}
-        s.add(fio_result(ctx, s, att, metrics, per_device=per_device, series=series, lat_hist=lat_hist))
+        s.add(fio_result(ctx, s, att, metrics, per_device=per_device, series=series, lat_hist=lat_hist,
+                         drive_health=health))
         if step.kind == "precondition":
             nxt = preconditioning.after_round(s, run, step, metrics, ctx.clock())
             if nxt is not None:
@@ -91,9 +95,12 @@ class FioKind(BaseKind):
 
 def fio_result(ctx: KindContext, s: Session, att: Attempt, metrics: StepMetrics, *,
                per_device: dict[str, Any] | None = None, series: dict[str, Any] | None = None,
-               lat_hist: dict[str, Any] | None = None) -> Result:
-    """The result row of a fio step, with its provenance."""
+               lat_hist: dict[str, Any] | None = None, drive_health: dict[str, Any] | None = None) -> Result:
+    """The result row of a fio step, with its provenance (and its DUTs' health around it, when read)."""
     c, r, w = metrics.combined, metrics.read, metrics.write
+    provenance = result_provenance(ctx, s, att)
+    if drive_health is not None:
+        provenance["drive_health"] = drive_health
     return Result(attempt_id=att.id, step_id=att.step_id, run_id=att.step.run_id,
                   kind="fio", tool="fio", tool_version=metrics.fio_version[:128],
                   throughput=c.iops, throughput_unit="IOPS",
@@ -103,7 +110,19 @@ def fio_result(ctx: KindContext, s: Session, att: Attempt, metrics: StepMetrics,
                   lat_p99_ns=c.percentiles_ns.get("p99"), runtime_ms=metrics.runtime_ms,
                   fio_version=metrics.fio_version, metrics=metrics.model_dump(mode="json"),
                   per_device=per_device, series=series, lat_hist=lat_hist,
-                  provenance=result_provenance(ctx, s, att), created_at=ctx.clock())
+                  provenance=provenance, created_at=ctx.clock())
+
+
+def drive_health(att: Attempt, raw: bytes | None) -> dict[str, Any] | None:
+    """The attempt's ``drive-health.json`` as the result keeps it; None when the agent sent none, or one that does
+    not fit (logged: a result is never refused for it)."""
+    if raw is None:
+        return None
+    try:
+        return parse_drive_health(raw, f"attempt {att.id} {HEALTH_ARTIFACT}").model_dump(mode="json")
+    except ProtocolError as e:
+        log.warning("%s", e, extra=ctx_of(att))
+        return None
 
 
 KIND = FioKind()

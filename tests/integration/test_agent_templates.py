@@ -10,9 +10,11 @@ leaves out what is not one udev string.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,9 @@ while :; do sleep 0.2; done
 def render_playbook(path: Path, out: Path) -> Path:
     """A playbook rendering the role's three templates with its defaults (no other task of the role)."""
     templates = [("storagelab-agent-ctl.j2", "ctl", "0755"), ("storagelab-agent.service.j2", "unit", "0644"),
-                 ("storagelab-dut-access.rules.j2", "rules", "0644")]
+                 ("storagelab-dut-access.rules.j2", "rules", "0644"), ("drive-health.json.j2", "health.json", "0644"),
+                 ("storagelab-drive-health.socket.j2", "units/storagelab-drive-health.socket", "0644"),
+                 ("storagelab-drive-health@.service.j2", "units/storagelab-drive-health@.service", "0644")]
     play = [{"hosts": "localhost", "gather_facts": False, "vars_files": [str(ROLE / "defaults" / "main.yml")],
              "tasks": [{"name": f"Render {dest}", "ansible.builtin.template": {
                  "src": str(ROLE / "templates" / src), "dest": str(out / dest), "mode": mode}}
@@ -66,8 +70,9 @@ def test_start_script_and_unit_quote_hostile_inventory_values(tmp_path: Path) ->
     if shutil.which("setpriv") is None:
         pytest.skip("needs setpriv (util-linux)")
     prefix, marks, out = tmp_path / "prefix", tmp_path / "marks", tmp_path / "out"
-    for d in (prefix / "venv" / "bin", marks, out):
+    for d in (prefix / "venv" / "bin", marks, out / "units"):
         d.mkdir(parents=True)
+    (prefix / "venv" / "bin" / "python").symlink_to(sys.executable)
     agent = prefix / "venv" / "bin" / "storagelab-agent"
     agent.write_text(FAKE_AGENT.format(out=out))
     agent.chmod(0o755)
@@ -118,6 +123,20 @@ def test_start_script_and_unit_quote_hostile_inventory_values(tmp_path: Path) ->
 
     rules = [x for x in (out / "rules").read_text().splitlines() if x and not x.startswith("#")]
     assert rules == []                                     # neither hostile DUT makes a udev string
+
+    # the drive health helper: its DUT list is JSON holding the values as they are, its units pass systemd's check
+    assert json.loads((out / "health.json").read_text()) == {"duts": [
+        {"name": f"d0;touch {m[1]}", "path": f"/dev/disk/by-id/X$(touch {m[2]})"},
+        {"name": "d1", "path": f"/dev/loop7`touch {m[4]}`"}]}
+    assert argv[argv.index("--drive-health-socket") + 1] == str(prefix / "run" / "drive-health.sock")
+    shutil.copy(out / "unit", out / "units" / "storagelab-agent.service")
+    verify = subprocess.run(["systemd-analyze", "verify", *sorted(map(str, (out / "units").iterdir()))],
+                            capture_output=True, text=True, timeout=60,
+                            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SYSTEMD_LOG_COLOR": "0"})
+    assert (verify.returncode, verify.stdout + verify.stderr) == (0, ""), verify.stdout + verify.stderr
+    helper = (out / "units" / "storagelab-drive-health@.service").read_text()
+    assert f"ExecStart={prefix}/venv/bin/python -m agents.cmd.drivehealth /etc/storagelab/drive-health.json" in helper
+    assert "StandardInput=socket" in helper and "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYS_RAWIO" in helper
 
 
 def _tasks(node: Any) -> list[dict[str, Any]]:

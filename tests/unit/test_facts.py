@@ -63,6 +63,8 @@ def fake_root(tmp_path: Path) -> Path:
     nvme = block / "nvme0n1"
     _write(nvme / "size", "1953525168\n")
     _write(nvme / "queue" / "rotational", "0\n")
+    _write(nvme / "queue" / "logical_block_size", "4096\n")     # the namespace's LBA format in use
+    _write(nvme / "queue" / "physical_block_size", "4096\n")
     _write(nvme / "wwid", "eui.002538b111b22c33\n")
     _write(nvme / "device" / "model", NVME_MODEL + " " * 17 + "\n")
     _write(nvme / "device" / "serial", NVME_SERIAL + "      \n")
@@ -192,6 +194,8 @@ def test_block_devices_from_fake_tree(fake_root: Path) -> None:
         ),
         kind="disk",
         backing_file=None,
+        logical_block_size=4096,
+        physical_block_size=4096,
     )
     assert devices["sda"] == BlockDevice(
         name="sda",

@@ -14,7 +14,8 @@ from orchestrator.store.models import Artifact, Attempt, PreconditionRecord, Res
 SUITE = "suite: t\ndefaults: {runtime: 60s}\nprofiles:\n  - {name: 4k, rw: randread, bs: 4k}\n"
 NVME = {"name": "nvme0n1", "path": "/dev/nvme0n1", "kind": "block", "size_bytes": 1_600_321_314_816,
         "model": "INTEL SSDPF21Q016TB", "serial": "PHAL1234", "firmware": "L0310200", "by_id": None,
-        "driver": "nvme", "transport": "pcie", "controller": "0000:3b:00.0"}
+        "driver": "nvme", "transport": "pcie", "controller": "0000:3b:00.0", "logical_block_size": 512,
+        "physical_block_size": 4096}
 HOST = {"hostname": "rd630", "cpu_model": "Intel(R) Xeon(R) CPU E5-2620 0 @ 2.00GHz", "cpu_cores": 12,
         "cpu_threads": 24, "cpu_sockets": 2, "memory_bytes": 16 * 2**30, "kernel": "6.1.0-26-amd64",
         "os": "Debian GNU/Linux 12 (bookworm)", "fio_version": "fio-3.33", "sys_vendor": "LENOVO",
@@ -78,6 +79,7 @@ def test_stock_run_lists_the_platform_and_the_device_with_its_driver() -> None:
                                            "0000:02:00.0 SAS [1000:0087] driver mpt3sas")
     assert p.devices == [{"name": "nvme0n1", "path": "/dev/nvme0n1", "model": "INTEL SSDPF21Q016TB",
                           "serial": "PHAL1234", "firmware": "L0310200", "capacity": "1,600.3 GB",
+                          "sector": "512 B (physical 4,096 B)",
                           "driver": "nvme (pcie, 0000:3b:00.0 Intel Corporation Optane)"}]
     assert p.device_label == "INTEL SSDPF21Q016TB 1,600.3 GB" and p.os == "Debian GNU/Linux 12 (bookworm)"
     state = _rows(p, "Device state")
@@ -246,8 +248,9 @@ def test_reports_name_server_controllers_and_driver(tmp_path: Path) -> None:
     detail = _detail(_run(), [st], {st.id: {"host": HOST, "agent_version": "0.13.0", "devices": [NVME]}})
     detail.results[st.id].read_iops = detail.results[st.id].write_iops = detail.results[st.id].bw_bytes = 0.0
     md = write_markdown(detail, tmp_path, tmp_path).read_text()
-    shown = _terminal(detail)
+    shown = " ".join(_terminal(detail).split())      # the terminal wraps long lines
     for out in (shown, md):
         assert "LENOVO ThinkServer RD630" in out and "0000:02:00.0 SAS [1000:0087] driver mpt3sas" in out
         assert "nvme (pcie, 0000:3b:00.0 Intel Corporation Optane)" in out and "PHAL1234" in out
-    assert "| nvme0n1 | /dev/nvme0n1 | INTEL SSDPF21Q016TB | PHAL1234 | L0310200 | 1,600.3 GB |" in md
+    assert ("| nvme0n1 | /dev/nvme0n1 | INTEL SSDPF21Q016TB | PHAL1234 | L0310200 | 1,600.3 GB | "
+            "512 B (physical 4,096 B) |") in md

@@ -45,8 +45,8 @@ def main() -> int:
         for st in run["steps"]:
             st["attempts"] = rows(c, "SELECT id, host, state, reason, dispatch_count FROM attempts WHERE step_id = ? "
                                      "ORDER BY number", st["id"])
-        run["results"] = rows(c, "SELECT step_id, attempt_id, kind, iops, metrics, provenance FROM results "
-                                 "WHERE run_id = ?", run_id)
+        run["results"] = rows(c, "SELECT step_id, attempt_id, kind, iops, write_bw_bytes, runtime_ms, metrics, "
+                                 "provenance FROM results WHERE run_id = ?", run_id)
         print(json.dumps(run, default=str))
     elif what == "hosts":
         hosts = rows(c, "SELECT name, last_seen, registered_at, agent_version, facts, quarantined_at, "

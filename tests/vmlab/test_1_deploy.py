@@ -1,8 +1,9 @@
 """``playbooks/site.yml`` deploys the lab onto real hosts (QEMU guests with their own kernel and systemd), run from
 the checkout's root exactly as docs/deployment.md shows it: the controller host's and the agents' systemd units are
 started and enabled, the agents register over broker TLS, a suite runs on an emulated NVMe namespace and its result
-is stored with the device's model, serial and firmware; a reboot brings the agent back through systemd and the lab
-goes on; a second run changes nothing."""
+is stored with the device's model, serial and firmware, and with the drive's own NVMe smart-log before and after the
+step (read as root by the deployed drive-health helper, shown by ``labctl run show``); a reboot brings the agent
+back through systemd and the lab goes on; a second run changes nothing."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.timeout(5400)]
 
 CTL_UNITS = ("storagelab-controller", "storagelab-web", "storagelab-redis", "storagelab-prometheus")
 QUICK = "suite: quick\nprofiles:\n  - {name: 4k-randread, rw: randread, bs: 4k, iodepth: 4, runtime: 2s}\n"
+WRITE = "suite: write\nprofiles:\n  - {name: 128k-write, rw: write, bs: 128k, iodepth: 4, runtime: 3s}\n"
 
 
 def units(dep: Deployed, host: str, names: tuple[str, ...]) -> dict[str, tuple[str, str]]:
@@ -55,20 +57,34 @@ def test_site_yml_deploys_onto_real_hosts_and_a_suite_runs_on_nvme(deployed: Dep
         assert units(dep, agent, ("storagelab-agent",)) == {"storagelab-agent": ("active", "enabled")}
         env = dep.lab[agent].ssh("systemctl show storagelab-agent -p Environment").stdout
         assert "rediss://agent-" + agent in env and "LAB_BROKER_CA=" in env       # broker TLS
+        helper = units(dep, agent, ("storagelab-drive-health.socket",))
+        assert helper == {"storagelab-drive-health.socket": ("active", "enabled")}
     host = registered(dep, "nvme1")
     devices = {d["name"]: d for d in host["devices"]}                           # type: ignore[attr-defined]
     assert devices["nvme0"]["model"] == "QEMU NVMe Ctrl" and devices["nvme0"]["serial"] == "VMLAB01NVME"
     assert devices["nvme0"]["firmware"] and devices["nvme0"]["firmware"] != "unknown"
 
     started = time.monotonic()
-    run_id = dep.submit(put_suite(dep, QUICK), "--host", "nvme1", "--device", "nvme0")
+    run_id = dep.submit(put_suite(dep, WRITE, "write.yaml"), "--host", "nvme1", "--device", "nvme0")
     run = dep.wait_run(run_id)
     TIMES["first_suite_s"] = time.monotonic() - started
     assert run["state"] == "SUCCEEDED", (run["reason"], [(s["name"], s["state"], s["reason"]) for s in run["steps"]])
     (result,) = run["results"]
     dev = result["provenance"]["device"]
     assert (dev["model"], dev["serial"]) == ("QEMU NVMe Ctrl", "VMLAB01NVME") and dev["firmware"] not in (None, "")
+    assert (dev["logical_block_size"], dev["physical_block_size"]) == (512, 512)    # the LBA format in use
     assert result["iops"] > 0          # a TCG guest's IOPS: proof that fio ran, not a figure of the lab
+    # the drive's own counters around the step, read as root by the helper for an agent that is not root
+    health = result["provenance"]["drive_health"]
+    (before,), (after,) = health["before"], health["after"]
+    assert before["name"] == after["name"] == "nvme0" and not before["error"] and not after["error"], health
+    b, a = before["snapshot"], after["snapshot"]
+    assert b["source"] == "nvme smart-log" and 0 < b["temperature_c"] < 100
+    written = (a["data_units_written"] - b["data_units_written"]) * 512_000      # NVMe data units
+    assert written >= result["write_bw_bytes"] * result["runtime_ms"] / 1000 * 0.9, (written, result)
+    assert a["media_errors"] == b["media_errors"] == 0 and a["critical_warning"] == 0
+    shown = dep.labctl("run", "show", run_id).stdout
+    assert "drive health: nvme0" in shown and "nvme smart-log around 1 step(s)" in shown, shown
 
 
 def test_a_rebooted_agent_comes_back_through_systemd_and_the_lab_goes_on(deployed: Deployed) -> None:

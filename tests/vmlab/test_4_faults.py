@@ -3,6 +3,9 @@
 - power loss mid-step: the agent VM's QEMU is killed while fio runs; the attempt is LOST within the heartbeat
   timeout; the VM comes back (with its clock minutes behind: a host whose battery-backed clock drifted) and the
   step is retried after the interlock has judged the DUT again, with exactly one result per step;
+- a drive that raises a critical warning mid-step (QMP ``qom-set`` of the controller's ``smart_critical_warning``):
+  the step's drive health (read by the root helper for the unprivileged agent) says so, the run's report names the
+  step, and the heartbeat's SMART check (through the same helper) quarantines the DUT;
 - a drive pulled mid-step (QMP ``device_del`` of the NVMe controller): the step fails with the reason and the DUT
   is quarantined (three failed presence checks), the host and its SCSI DUT stay in service."""
 
@@ -70,6 +73,39 @@ def test_power_loss_mid_step_is_lost_then_retried_once_the_host_is_back(deployed
                        ".fetchone()[0])\"").stdout
     assert -CLOCK_BEHIND_S - 120 < float(skew) < -CLOCK_BEHIND_S + 120, skew
     assert host["name"] == "nvme1"
+
+
+WARN = "suite: warn\nprofiles:\n  - {name: 64k-write, rw: write, bs: 64k, iodepth: 4, runtime: 20s}\n"
+RELIABILITY_DEGRADED = 0x04           # NVMe critical warning bit 2
+
+
+def test_a_critical_warning_mid_step_is_reported_and_quarantines_the_dut(deployed: Deployed) -> None:
+    dep, lab = deployed, deployed.lab
+    run_id = dep.submit(put_suite(dep, WARN, "warn.yaml"), "--host", "nvme1", "--device", "nvme0")
+    step = running_step(dep, run_id)
+    lab["nvme1"].qmp("qom-set", path="/machine/peripheral/nvme0", property="smart_critical_warning",
+                     value=RELIABILITY_DEGRADED)
+    try:
+        run = dep.wait_run(run_id)
+        assert run["state"] == "SUCCEEDED", run["reason"]        # a warning is the drive's news, not fio's failure
+        (result,) = run["results"]
+        health = result["provenance"]["drive_health"]
+        assert health["before"][0]["snapshot"]["critical_warning"] == 0
+        assert health["after"][0]["snapshot"]["critical_warning"] == RELIABILITY_DEGRADED
+        shown = dep.labctl("run", "show", run_id).stdout
+        assert f"drive health: nvme0, after step {step['name']}" in shown and "critical warning 0x04" in shown, shown
+
+        def quarantined() -> dict[str, object] | None:
+            host = dep.host("nvme1")
+            dev = next((d for d in host["devices"] if d["name"] == "nvme0"), None) if host else None
+            return dev if dev and dev["quarantined_at"] else None
+        started = time.monotonic()
+        dev = wait_for(quarantined, 600, "DUT nvme0 to be quarantined by its SMART check", interval=5)
+        TIMES["smart_quarantine_s"] = time.monotonic() - started
+        assert isinstance(dev, dict) and "critical_warning=0x04" in str(dev["quarantine_reason"]), dev
+    finally:
+        lab["nvme1"].qmp("qom-set", path="/machine/peripheral/nvme0", property="smart_critical_warning", value=0)
+        dep.labctl("hosts", "release", "nvme1", "--device", "nvme0", check=False)
 
 
 def test_a_drive_pulled_mid_step_fails_the_step_and_is_quarantined(deployed: Deployed) -> None:
