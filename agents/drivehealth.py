@@ -26,7 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from labcontract.drivehealth import (
     ARTIFACT_MAX_BYTES,
@@ -35,7 +35,9 @@ from labcontract.drivehealth import (
     nvme_smart_snapshot,
     smartctl_snapshot,
 )
-from labcontract.protocol import HealthCheck
+
+if TYPE_CHECKING:           # the root helper runs this module on every connection: it never imports the protocol
+    from labcontract.protocol import HealthCheck
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,8 @@ def smart_check(reading: HealthReading) -> HealthCheck:
     """The heartbeat's SMART check of a DUT from a helper's reading (an agent that is not root cannot run the
     platform's own): failing on a critical warning or a failed SMART verdict; a helper that could not be asked
     says nothing of the drive (``unknown``), a tool that failed on the drive is a failure."""
+    from labcontract.protocol import HealthCheck
+
     snap = reading.snapshot
     if snap is None:
         why = reading.error or "no reading"
