@@ -362,6 +362,10 @@ class Agent:
             logger.error("refused attempt %s: %s", msg.attempt_id, refused)
             self.publish(StepEnded(host=self.host, attempt_id=msg.attempt_id, outcome="refused", reason=refused))
             return
+        try:          # the drives' health before the step, read before the lock (a heartbeat never waits on it)
+            health_before = self.runner.health_before(kinds.get(msg.action), targets)
+        except FioError:
+            health_before = ()
         with self._lock:
             held = self.held_by_another(msg, targets)
             if held:
@@ -371,7 +375,7 @@ class Agent:
                 return
             try:
                 attempt, launched = self.runner.start(msg, manage_mtu=self.config.manage_mtu, targets=targets,
-                                                     host=self.kind_host())
+                                                     host=self.kind_host(), health_before=health_before)
             except FioError as e:
                 self.note_error()
                 logger.error("attempt %s could not start: %s", msg.attempt_id, e)

@@ -54,7 +54,7 @@ from agents.kinds.net import net_spec
 from agents.kinds.purge import purge_script
 from agents.platform import Platform, current
 from labcontract.drivehealth import ARTIFACT as HEALTH_ARTIFACT
-from labcontract.drivehealth import DriveHealth, parse_drive_health
+from labcontract.drivehealth import DriveHealth, HealthReading, parse_drive_health
 from labcontract.errors import FioError, LabError
 from labcontract.facts import DeclaredDut, NetPathDecl
 from labcontract.protocol import ARTIFACT_MAX_BYTES, Artifact, StartStep, StepEnded
@@ -180,11 +180,13 @@ class FioRunner:
 
     def start(self, msg: StartStep, duts: Sequence[DeclaredDut] = (), net_paths: Sequence[NetPathDecl] = (),
               *, manage_mtu: bool = False, targets: Targets | None = None,
-              host: Host | None = None) -> tuple[Attempt, bool]:
+              host: Host | None = None, health_before: Sequence[HealthReading] | None = None) -> tuple[Attempt, bool]:
         """Launch the attempt's process (what its action's step kind launches); idempotent.
         ``targets`` are what the agent resolved and checked for the message (:meth:`StepKind.targets`);
         without them, ``duts`` (the declared DUTs the message names, already checked) and ``net_paths`` (the
-        declared paths a network step names). Returns (attempt, launched_now)."""
+        declared paths a network step names). ``health_before``: the DUTs' health read just before
+        (:meth:`health_before`; the agent reads it before it takes its lock, so that a drive slow to answer never
+        holds a heartbeat); None: read here. Returns (attempt, launched_now)."""
         path = self.attempt_path(msg.attempt_id)      # before anything is created
         existing = self.get(msg.attempt_id)
         if existing is not None:
@@ -205,10 +207,10 @@ class FioRunner:
         tmp.mkdir()
         for name, text in launch.files.items():
             (tmp / name).write_text(text)
-        if self.health is not None and kind.reads_health and targets.duts:
-            before = self.health.read([(d.name, d.path) for d in targets.duts])
-            if before:
-                (tmp / HEALTH_ARTIFACT).write_text(DriveHealth(before=before).model_dump_json())
+        if health_before is None:
+            health_before = self.health_before(kind, targets)
+        if health_before:
+            (tmp / HEALTH_ARTIFACT).write_text(DriveHealth(before=tuple(health_before)).model_dump_json())
         (tmp / "start.json").write_text(msg.model_dump_json())
         tmp.rename(path)   # the attempt exists from here on: a redelivered start is a no-op
         attempt = Attempt(msg.attempt_id, path)
@@ -299,11 +301,12 @@ class FioRunner:
         if attempt.file("cleanup-error").exists():   # tried and failed: the next report tries again (collect),
             return False                              # never a thread restarted by whoever asks next
         kind = self.kind_of(attempt)
-        if kind is None or not kind.slow_cleanup:
+        if kind is None or not (kind.slow_cleanup or self._health_after_due(attempt)):
             return False
 
-        def run() -> None:
+        def run() -> None:       # a drive slow to answer its health log waits here too, never in a heartbeat's way
             self.release(attempt)
+            self.read_health_after(attempt)
             if self.on_exit is not None:
                 self.on_exit()
         thread = threading.Thread(target=run, name=f"release-{aid}", daemon=True)
@@ -408,6 +411,23 @@ class FioRunner:
         return StepEnded(host=host, attempt_id=attempt.attempt_id, outcome=outcome, reason=reason,
                          exit_code=rc, fio_started_at=launched if isinstance(launched, float) else None,
                          fio_ended_at=ended, artifacts=tuple(arts))
+
+    def health_before(self, kind: StepKind, targets: Targets) -> tuple[HealthReading, ...]:
+        """The DUTs' health now, for a step of ``kind`` on ``targets`` (empty: the kind reads none, or the agent
+        has no source)."""
+        if self.health is None or not kind.reads_health or not targets.duts:
+            return ()
+        return self.health.read([(d.name, d.path) for d in targets.duts])
+
+    def _health_after_due(self, attempt: Attempt) -> bool:
+        """Whether the attempt's drive health still lacks its after-reading."""
+        f = attempt.file(HEALTH_ARTIFACT)
+        if self.health is None or not f.exists():
+            return False
+        try:
+            return not parse_drive_health(f.read_bytes(), str(f)).after
+        except (OSError, LabError):
+            return False
 
     def read_health_after(self, attempt: Attempt) -> None:
         """Add the after-readings to the attempt's ``drive-health.json`` (once; never raises: a reading that fails

@@ -150,15 +150,27 @@ def test_the_helper_reads_only_its_own_configuration(tmp_path: Path, monkeypatch
 
 
 class Counting:
-    """A source whose drive counts 100 data units more at each reading."""
+    """A source whose drive counts 100 data units more at each reading; with ``lock``, each reading checks from
+    another thread that the agent's lock is free meanwhile (a heartbeat never waits on a drive)."""
 
     name = "test"
 
-    def __init__(self) -> None:
+    def __init__(self, lock: Any = None) -> None:
         self.calls: list[list[tuple[str, str]]] = []
+        self.lock = lock
+        self.lock_free: list[bool] = []
 
     def read(self, duts: Sequence[tuple[str, str]]) -> tuple[HealthReading, ...]:
         self.calls.append(list(duts))
+        if self.lock is not None:
+            def probe() -> None:
+                got = self.lock.acquire(timeout=10)
+                self.lock_free.append(got)
+                if got:
+                    self.lock.release()
+            t = threading.Thread(target=probe)
+            t.start()
+            t.join(15)
         snap = HealthSnapshot(source="nvme smart-log", temperature_c=40 + len(self.calls),
                               data_units_written=100 * len(self.calls), media_errors=0)
         return tuple(HealthReading(name=n, path=p, at=time.time(), snapshot=snap) for n, p in duts)
@@ -180,7 +192,7 @@ def agent(tmp_path: Path) -> Iterator[tuple[Agent, list[Event], Path]]:
 
 def test_a_fio_step_is_read_before_its_launch_and_after_its_end(agent: tuple[Agent, list[Event], Path]) -> None:
     a, sent, tmp = agent
-    source = Counting()
+    source = Counting(a._lock)
     a.runner.health = source
     workload = {"name": "p", "rw": "write", "bs": 4096, "runtime": 1, "footprint": "4%", "ioengine": "psync",
                 "direct": False}
@@ -195,6 +207,7 @@ def test_a_fio_step_is_read_before_its_launch_and_after_its_end(agent: tuple[Age
         time.sleep(0.05)
     (end,) = [e for e in sent if isinstance(e, StepEnded)]
     assert end.outcome == "exited" and len(source.calls) == 2
+    assert source.lock_free == [True, True]        # read outside the agent's lock, before and after
     (art,) = [x for x in end.artifacts if x.name == ARTIFACT]
     health = parse_drive_health(art.content())
     (b,), (af,) = health.before, health.after
