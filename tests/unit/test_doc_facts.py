@@ -1,0 +1,66 @@
+"""The facts the docs state that code can check: the run and step states and the step kinds the README names, the
+chart kinds docs/reports.md's table lists, the artifact the agent sends for drive health. A doc that falls behind
+the code fails here, naming the doc and what it lacks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from orchestrator import kinds
+from orchestrator.htmlreport.model import chart_kinds
+from orchestrator.states import RunState, StepState
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\b[A-Za-z_]+\b", text))
+
+
+def _paragraph(text: str, start: str) -> str:
+    """The list item of ``text`` that starts with ``start`` (up to the next item or blank line)."""
+    i = text.index(start)
+    rest = text[i:]
+    end = re.search(r"\n(- |\n)", rest)
+    return rest[: end.start()] if end else rest
+
+
+def test_the_readme_names_every_run_and_step_state() -> None:
+    runs = _words(_paragraph(README, "- Run states:"))
+    steps = _words(_paragraph(README, "- Step states:"))
+    assert {s.value for s in RunState} - runs == set(), "README.md: Run states lacks these"
+    assert {s.value for s in StepState} - steps == set(), "README.md: Step states lacks these"
+
+
+def test_the_readme_names_every_step_kind() -> None:
+    tree = README[README.index("├─ steps"): README.index("└─ attempts")]
+    assert set(kinds.names()) - _words(tree) == set(), "README.md: the steps line of the data model lacks these"
+
+
+def test_the_reports_doc_lists_every_chart_kind() -> None:
+    table = set(re.findall(r"^\| `([a-z]+)` \|", (ROOT / "docs" / "reports.md").read_text(), re.M))
+    assert {k.name for k in chart_kinds()} - table == set(), "docs/reports.md: the chart table lacks these"
+
+
+def test_the_drive_health_artifact_is_documented_where_artifacts_are_listed() -> None:
+    from labcontract.drivehealth import ARTIFACT
+
+    assert ARTIFACT in README and ARTIFACT in (ROOT / "docs" / "deployment.md").read_text()
+
+
+def test_the_registration_functions_architecture_md_names_exist() -> None:
+    import importlib
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = re.findall(r"`((?:agents|orchestrator)(?:\.[a-z_]+)+)`", text)
+    checked = 0
+    for dotted in named:
+        module, _, attr = dotted.rpartition(".")
+        if not attr.startswith("_"):
+            continue                              # the private registration hooks: the names a newcomer edits
+        mod = importlib.import_module(module)
+        assert hasattr(mod, attr), f"docs/architecture.md names {dotted}, which does not exist"
+        checked += 1
+    assert checked >= 2
