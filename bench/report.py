@@ -27,7 +27,8 @@ from pathlib import Path
 
 from bench.reportdata import SyntheticStore, build
 from orchestrator.htmlreport import build_html, plot
-from orchestrator.htmlreport.model import Figure, ReportContext, chart_kinds
+from orchestrator.htmlreport.charts import chart_kinds
+from orchestrator.htmlreport.model import Figure, ReportContext
 from orchestrator.queries import RunDetail, run_detail
 
 MB = 1e6

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from bench.reportbase import host_facts, new_run
 from labcontract.facts import NetPathDecl
 from labcontract.suite import load_suite, parse_suite
 from orchestrator import netgroups
@@ -28,8 +29,6 @@ LINK_GBPS = 25.0
 
 
 def _facts(host: str, role: str) -> dict[str, Any]:
-    from bench.reportdata import host_facts
-
     peer = {"a": "10.10.1.1", "b": "10.10.2.1"}
     paths = tuple(NetPathDecl(name=n, iface=f"ens{i + 1}f0", peer=peer[n] if role == "initiator" else None, mtu=9000)
                   for i, n in enumerate(("a", "b")))
@@ -119,8 +118,6 @@ def _result(run: Run, step: Step, out: dict[str, Any], facts: dict[str, Any]) ->
 
 def write_network_run(s: Session, run_id: str, *, at: float, seed: int = 13) -> Run:
     """The ``network-paths`` suite (3 profiles x MTU 1500/9000 x single/multipath) on array01 <- host01."""
-    from bench.reportdata import new_run
-
     rng = random.Random(f"{seed}-{run_id}")
     text = load_suite("network-paths").source_text
     suite = parse_suite(text, "builtin:network-paths")

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.htmlreport import plot
-from orchestrator.htmlreport.model import ChartKind, Figure, FigureItem, ReportContext, chart_kinds
+from orchestrator.htmlreport.charts import chart_kinds
+from orchestrator.htmlreport.model import ChartKind, Figure, FigureItem, ReportContext
 from orchestrator.htmlreport.page import render
 from orchestrator.provenance import ReadArtifact
 from orchestrator.queries import RunDetail

@@ -184,8 +184,3 @@ def register(kind: ChartKind) -> ChartKind:
     CHART_KINDS[kind.name] = kind
     return kind
 
-
-def chart_kinds() -> list[ChartKind]:
-    import orchestrator.htmlreport.charts  # noqa: F401  (registers the built-in kinds)
-
-    return sorted(CHART_KINDS.values(), key=lambda k: (k.order, k.name))

@@ -38,11 +38,10 @@ from labcontract.transport import redis_client
 from orchestrator.web.auth import Sessions, load_secret
 from orchestrator.web.commands import Commander
 from orchestrator.web.config import WebConfig
+from orchestrator.web.headers import CSP
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent / "static"
-CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; "
-       "connect-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 
 
 @dataclass

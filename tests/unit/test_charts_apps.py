@@ -5,8 +5,8 @@ the stored figures, n shown; no figure without application results."""
 from __future__ import annotations
 
 from orchestrator.htmlreport import build_html
-from orchestrator.htmlreport.charts import apps
-from orchestrator.htmlreport.model import Figure, ReportContext, chart_kinds, materialize
+from orchestrator.htmlreport.charts import apps, chart_kinds
+from orchestrator.htmlreport.model import Figure, ReportContext, materialize
 from orchestrator.queries import RunDetail
 from tests.unit.test_report_apps import POINTS, app_run
 

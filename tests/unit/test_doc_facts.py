@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from orchestrator import kinds
-from orchestrator.htmlreport.model import chart_kinds
+from orchestrator.htmlreport.charts import chart_kinds
 from orchestrator.states import RunState, StepState
 
 ROOT = Path(__file__).resolve().parents[2]

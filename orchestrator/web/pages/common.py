@@ -20,6 +20,7 @@ from fastapi.templating import Jinja2Templates
 from labcontract.errors import AccessError, Forbidden
 from orchestrator.tokens import role_at_least
 from orchestrator.web.auth import Principal, page_principal
+from orchestrator.web.headers import FRAMED_CSP
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 templates = Jinja2Templates(directory=str(TEMPLATES))
@@ -108,8 +109,6 @@ def html_error(request: Request, status: int, detail: str, errors: list[dict[str
         who = getattr(request.state, "principal", None)
         resp = render(request, "error.html", status, who=who, status=status, detail=detail, errors=errors)
     if framed(request.url.path):
-        from orchestrator.web.app import CSP
-
-        resp.headers["Content-Security-Policy"] = CSP.replace("frame-ancestors 'none'", "frame-ancestors 'self'")
+        resp.headers["Content-Security-Policy"] = FRAMED_CSP
         resp.headers["X-Frame-Options"] = "SAMEORIGIN"
     return resp

@@ -1,0 +1,128 @@
+"""The import graph of the house has no circles (issue 25): every ``import`` of every module of the rooms, at the
+top, inside a function (a lazy import hides a circle, it does not untie it) or under ``TYPE_CHECKING``, read with
+:mod:`ast` and resolved to the module file it names. A circle is a strongly connected set of more than one module.
+
+The circles still known are listed in :data:`KNOWN` with what ties them; the test fails on any other circle (a new
+one, or a known one grown), and on a known one that is gone (take it off the list: the list only shrinks). Untied so
+far: the web app and its pages (the CSP, now ``orchestrator.web.headers``), the report model and its chart kinds
+(``chart_kinds`` lives with the kinds), the report benchmark's disk and network data (``bench/reportbase.py``)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ROOMS = ("agents", "labcontract", "orchestrator", "bench", "dashboards")
+
+# each a circle still to untie (issue 25), as the set of its modules
+KNOWN: tuple[frozenset[str], ...] = (
+    # the attempt record lives in the process runner, the live reader and the lab-filesystem marker in kind modules;
+    # the registry's __init__ loads the kinds, which import their base from it
+    frozenset({"agents.kinds", "agents.kinds.app", "agents.kinds.fio", "agents.kinds.net", "agents.kinds.purge",
+               "agents.live", "agents.runner"}),
+    # registries whose __init__ loads their members, which import their base (a protocol, a class) from that
+    # __init__: the base belongs in a module of its own (as orchestrator.htmlreport.model is for the chart kinds)
+    frozenset({"agents.platform", "agents.platform.common", "agents.platform.linux", "agents.platform.linux_hw",
+               "agents.platform.linux_sysfs", "agents.platform.windows", "agents.platform.windows_interlock"}),
+    frozenset({"orchestrator.kinds", "orchestrator.kinds.app", "orchestrator.kinds.common", "orchestrator.kinds.fio",
+               "orchestrator.kinds.local", "orchestrator.kinds.net", "orchestrator.kinds.purge"}),
+    frozenset({"orchestrator.export", "orchestrator.export.csv_format", "orchestrator.export.json_format"}),
+    # the controller package's __init__ loads its loop, whose modules import from the package
+    frozenset({"orchestrator.controller", "orchestrator.controller.commands", "orchestrator.controller.events",
+               "orchestrator.controller.intake", "orchestrator.controller.loop"}),
+    # the application part of a suite and the suite validate each other
+    frozenset({"labcontract.appsuite", "labcontract.suite"}),
+    # the read model and its printing
+    frozenset({"orchestrator.cellmetrics", "orchestrator.compare", "orchestrator.comparetable",
+               "orchestrator.netreport", "orchestrator.stats.samples"}),
+)
+
+
+def modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for room in ROOMS:
+        for path in sorted((ROOT / room).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def imported(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
+    """The modules of the house that the module ``name`` imports (anywhere in its body)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # `from pkg import mod` names the module mod; `from mod import name` names mod
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:          # `import a.b.c` of a module a.b.c, else its package
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                yield target
+
+
+def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Strongly connected sets of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[frozenset[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(frozenset(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def house_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: set(imported(name, path, known)) for name, path in known.items()}
+
+
+def test_no_circle_but_the_known_ones_and_those_still_there() -> None:
+    found = circles(house_graph())
+    new = [sorted(c) for c in found if c not in KNOWN]
+    gone = [sorted(c) for c in KNOWN if c not in found]
+    assert new == [], f"import circles (untie them; a lazy import does not): {new}"
+    assert gone == [], f"these circles are untied: take them off KNOWN: {gone}"
+
+
+def test_a_planted_wrong_way_import_is_a_circle() -> None:
+    graph = house_graph()
+    assert "orchestrator.htmlreport.charts" in graph["orchestrator.htmlreport"]
+    graph["orchestrator.htmlreport.model"].add("orchestrator.htmlreport.charts")   # the model loading its kinds
+    planted = [c for c in circles(graph) if "orchestrator.htmlreport.model" in c]
+    assert planted and "orchestrator.htmlreport.charts" in planted[0]
