@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from labcontract.errors import ExportError
-from orchestrator.export import is_dir_target, register
+from orchestrator.export.base import is_dir_target, register
 from orchestrator.export.tables import Table, Value
 
 FORMULA_STARTS = frozenset("=+-@\t\r")

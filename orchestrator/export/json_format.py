@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from labcontract.errors import ExportError
-from orchestrator.export import FORMAT_VERSION, is_dir_target, register
+from orchestrator.export.base import FORMAT_VERSION, is_dir_target, register
 from orchestrator.export.tables import Table
 
 
