@@ -30,7 +30,7 @@ from labcontract import interlock
 from labcontract.apps import APP_RESULT_MAX_BYTES, AppResult, AppStart, expected_seconds
 from labcontract.errors import StepOutputError
 from labcontract.protocol import StartStep
-from orchestrator.kinds import KindContext
+from orchestrator.kinds.base import KindContext
 from orchestrator.kinds.common import BaseKind, ctx_of, result_provenance, run_devices
 from orchestrator.states import StepState, check_step
 from orchestrator.store.models import Attempt, Result, Run, Step

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from labcontract.bounds import PROVENANCE_MAX_BYTES
 from labcontract.protocol import StartStep
 from labcontract.suite import Workload
-from orchestrator.kinds import KindContext
+from orchestrator.kinds.base import KindContext
 from orchestrator.states import StepState
 from orchestrator.store.models import Artifact, Attempt, Device, Host, Run, Step
 

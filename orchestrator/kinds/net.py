@@ -16,7 +16,7 @@ from labcontract.errors import StepOutputError
 from labcontract.protocol import NetStart, StartStep
 from labcontract.suite import Workload
 from orchestrator import netgroups
-from orchestrator.kinds import KindContext
+from orchestrator.kinds.base import KindContext
 from orchestrator.kinds.common import BaseKind, host_provenance
 from orchestrator.states import TERMINAL_STEP, StepState
 from orchestrator.store.models import Attempt, Host, NetGroup, Result, Run, Step

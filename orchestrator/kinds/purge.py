@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from labcontract import interlock
 from labcontract.protocol import StartStep
-from orchestrator.kinds import KindContext
+from orchestrator.kinds.base import KindContext
 from orchestrator.kinds.common import BaseKind, generic_start
 from orchestrator.store.models import Attempt, Run, Step
 

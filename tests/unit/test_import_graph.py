@@ -6,7 +6,8 @@ The circles still known are listed in :data:`KNOWN` with what ties them; the tes
 one, or a known one grown), and on a known one that is gone (take it off the list: the list only shrinks). Untied so
 far: the web app and its pages (the CSP, now ``orchestrator.web.headers``), the report model and its chart kinds
 (``chart_kinds`` lives with the kinds), the report benchmark's disk and network data (``bench/reportbase.py``), the
-export formats and their loader (``orchestrator/export/base.py``)."""
+export formats and their loader (``orchestrator/export/base.py``), the controller's step kinds and theirs
+(``orchestrator/kinds/base.py``)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,6 @@ KNOWN: tuple[frozenset[str], ...] = (
     # __init__: the base belongs in a module of its own (as orchestrator.htmlreport.model is for the chart kinds)
     frozenset({"agents.platform", "agents.platform.common", "agents.platform.linux", "agents.platform.linux_hw",
                "agents.platform.linux_sysfs", "agents.platform.windows", "agents.platform.windows_interlock"}),
-    frozenset({"orchestrator.kinds", "orchestrator.kinds.app", "orchestrator.kinds.common", "orchestrator.kinds.fio",
-               "orchestrator.kinds.local", "orchestrator.kinds.net", "orchestrator.kinds.purge"}),
     # the controller package's __init__ loads its loop, whose modules import from the package
     frozenset({"orchestrator.controller", "orchestrator.controller.commands", "orchestrator.controller.events",
                "orchestrator.controller.intake", "orchestrator.controller.loop"}),
