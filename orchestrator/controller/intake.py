@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 from sqlalchemy import select
@@ -45,7 +45,22 @@ from orchestrator.states import ACTIVE_STEP, TERMINAL_STEP, StepState
 from orchestrator.store.models import Attempt, Host
 
 if TYPE_CHECKING:
-    from orchestrator.controller import Controller
+    from sqlalchemy.orm import sessionmaker
+
+    from labcontract.protocol import AnyEvent
+
+
+class Applier(Protocol):
+    """What the intake uses of the controller (it never imports the controller, which owns it)."""
+
+    redis: redis.Redis
+    sessions: sessionmaker[Session]
+
+    def handle_event(self, ev: AnyEvent | OtherVersion, source: str | None = None) -> None: ...
+
+    def _apply_event(self, s: Session, ev: AnyEvent | OtherVersion, source: str | None = None) -> None: ...
+
+    def handle_command(self, raw: str | bytes, stream: str = ...) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +241,7 @@ def raw_client(client: redis.Redis) -> redis.Redis:
 class Intake:
     """Reads and applies the controller's streams (see the module doc)."""
 
-    def __init__(self, ctl: Controller) -> None:
+    def __init__(self, ctl: Applier) -> None:
         self.ctl = ctl
         self._streams: Streams | None = None
         self._replay = False                     # a pass failed transiently: read the pending entries again

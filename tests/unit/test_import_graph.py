@@ -7,7 +7,8 @@ one, or a known one grown), and on a known one that is gone (take it off the lis
 far: the web app and its pages (the CSP, now ``orchestrator.web.headers``), the report model and its chart kinds
 (``chart_kinds`` lives with the kinds), the report benchmark's disk and network data (``bench/reportbase.py``), the
 export formats and their loader (``orchestrator/export/base.py``), the controller's step kinds and theirs
-(``orchestrator/kinds/base.py``)."""
+(``orchestrator/kinds/base.py``), the controller's intake and the controller (the intake types what it uses
+of it: ``orchestrator.controller.intake.Applier``)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,6 @@ KNOWN: tuple[frozenset[str], ...] = (
     # __init__: the base belongs in a module of its own (as orchestrator.htmlreport.model is for the chart kinds)
     frozenset({"agents.platform", "agents.platform.common", "agents.platform.linux", "agents.platform.linux_hw",
                "agents.platform.linux_sysfs", "agents.platform.windows", "agents.platform.windows_interlock"}),
-    # the controller package's __init__ loads its loop, whose modules import from the package
-    frozenset({"orchestrator.controller", "orchestrator.controller.commands", "orchestrator.controller.events",
-               "orchestrator.controller.intake", "orchestrator.controller.loop"}),
     # the application part of a suite and the suite validate each other
     frozenset({"labcontract.appsuite", "labcontract.suite"}),
     # the read model and its printing
