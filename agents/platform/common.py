@@ -12,7 +12,7 @@ from labcontract.facts import DeclaredDut
 from labcontract.protocol import HealthCheck
 
 if TYPE_CHECKING:
-    from agents.platform import Platform
+    from agents.platform.base import Platform
 
 __all__ = ["MAX_TEXT", "PLACEHOLDERS", "device_checks", "fio_version", "read_int", "read_text"]
 

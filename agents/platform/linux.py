@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from agents.platform import Run, run_command
+from agents.platform.base import Run, run_command
 from agents.platform.common import device_checks, fio_version
 from agents.platform.linux_hw import cpu_sockets, dmi_facts, storage_controllers
 from agents.platform.linux_sysfs import (

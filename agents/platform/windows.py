@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from agents.platform import MAX_OUTPUT_BYTES, Run, run_command
+from agents.platform.base import MAX_OUTPUT_BYTES, Run, run_command
 from agents.platform.common import PLACEHOLDERS, device_checks, fio_version, read_int, read_text
 from agents.platform.windows_interlock import observe_drive
 from labcontract.engines import WINDOWS_IOENGINES, engine_for

@@ -8,7 +8,8 @@ far: the web app and its pages (the CSP, now ``orchestrator.web.headers``), the 
 (``chart_kinds`` lives with the kinds), the report benchmark's disk and network data (``bench/reportbase.py``), the
 export formats and their loader (``orchestrator/export/base.py``), the controller's step kinds and theirs
 (``orchestrator/kinds/base.py``), the controller's intake and the controller (the intake types what it uses
-of it: ``orchestrator.controller.intake.Applier``)."""
+of it: ``orchestrator.controller.intake.Applier``), the agent's platforms and their picker
+(``agents/platform/base.py``)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,6 @@ KNOWN: tuple[frozenset[str], ...] = (
     # the registry's __init__ loads the kinds, which import their base from it
     frozenset({"agents.kinds", "agents.kinds.app", "agents.kinds.fio", "agents.kinds.net", "agents.kinds.purge",
                "agents.live", "agents.runner"}),
-    # registries whose __init__ loads their members, which import their base (a protocol, a class) from that
-    # __init__: the base belongs in a module of its own (as orchestrator.htmlreport.model is for the chart kinds)
-    frozenset({"agents.platform", "agents.platform.common", "agents.platform.linux", "agents.platform.linux_hw",
-               "agents.platform.linux_sysfs", "agents.platform.windows", "agents.platform.windows_interlock"}),
     # the application part of a suite and the suite validate each other
     frozenset({"labcontract.appsuite", "labcontract.suite"}),
     # the read model and its printing
