@@ -200,7 +200,7 @@ def summary_fields(s: Summary | None) -> dict[str, Any] | None:
     if s is None:
         return None
     return {"n": s.n, "mean": s.mean, "median": s.median, "stdev": s.stdev, "ci_low": s.ci_low,
-            "ci_high": s.ci_high, "cov_pct": s.cov_pct}
+            "ci_high": s.ci_high, "cov_pct": s.cov_pct, "note": s.note or None}
 
 
 def run_os(d: RunDetail) -> tuple[str | None, str | None]:
@@ -244,7 +244,7 @@ def as_json(c: Comparison) -> str:
 
 CSV_HEAD = ("cell", "run_ref", "run", "suite", "state", "partial", "step", "op_mode")
 # per metric with a difference, after the existing columns: the run's repeats and the verdict against the first
-CSV_STATS = ("n", "ci_low", "ci_high", "cov_pct", "verdict", "test", "p", "effect_size", "diff_ci_low_pct",
+CSV_STATS = ("n", "ci_low", "ci_high", "cov_pct", "note", "verdict", "test", "p", "effect_size", "diff_ci_low_pct",
              "diff_ci_high_pct")
 
 
@@ -257,6 +257,7 @@ def csv_columns(c: Comparison) -> list[str]:
 def _stats_cells(row: Row, i: int, metric: str) -> list[Any]:
     s, v = row.summary(i, metric), verdict_fields(row.verdict(i, metric))
     return [s.n if s else None, s.ci_low if s else None, s.ci_high if s else None, s.cov_pct if s else None,
+            (s.note or None) if s else None,
             *((v[k] for k in ("verdict", "test", "p", "effect_size", "diff_ci_low_pct", "diff_ci_high_pct"))
               if v else [None] * 6)]
 

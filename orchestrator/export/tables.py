@@ -34,7 +34,7 @@ SERIES_COLUMNS = ("run", "step", "kind", "round", "cell", "t", "iops", "read_iop
                   "lat_max_us", "lat_stddev_us")
 APP_SERIES_COLUMNS = ("run", "step", "cell", "op_mode", "app", "threads", "clients", "series", "t", "value")
 CELL_COLUMNS = ("run", "suite", "host", "cell", "op_mode", "profile", "metric", "repeats", "planned", "mean",
-                "median", "stdev", "ci_low", "ci_high", "cov_pct")
+                "median", "stdev", "ci_low", "ci_high", "cov_pct", "note")
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,8 @@ def cell_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
             s = cs.summary(m.name)
             if s is not None:
                 yield {**head, "metric": m.name, "repeats": s.n, "mean": s.mean, "median": s.median,
-                       "stdev": s.stdev, "ci_low": s.ci_low, "ci_high": s.ci_high, "cov_pct": s.cov_pct}
+                       "stdev": s.stdev, "ci_low": s.ci_low, "ci_high": s.ci_high, "cov_pct": s.cov_pct,
+                       "note": s.note or None}
 
 
 def _at(col: Any, i: int) -> Value:

@@ -16,7 +16,10 @@ and a single outlier moves it far less than it moves a mean-shift test.
   test shuffles the values within each segment ``permutations`` times and counts how often the
   best Q of a shuffle reaches the candidate's; p = (count + 1) / (permutations + 1). A candidate
   with p <= ``p_value`` is kept and the search goes on; the first that is not ends it.
-* Each segment keeps at least ``min_size`` points, so one spike cannot become a segment.
+* Each segment keeps at least ``min_size`` points while it is searched, so one spike cannot become a segment.
+  A change found at that limit (a step in the last two runs of a series) is placed where the two sides' means
+  fit best within the ``min_size - 1`` points beyond it (:func:`_place`), so that it keeps its run from the
+  night it is first seen through every later night.
 * The permutations come from a generator seeded with ``seed``: the same series gives the same
   answer every time (a report must not flip between two renderings).
 
@@ -199,10 +202,40 @@ def detect_changes(series: Sequence[float], *, min_size: int = MIN_SIZE, permuta
             done += n
         if count > limit:
             break  # not significant: the search ends
+        cand = _place(z, seg_start, _segment_end(bounds, seg_start), cand, min_size)
         found[cand] = (count + 1) / (permutations + 1)
         bounds = sorted([*bounds, cand])
         del best[seg_start]  # its two halves are evaluated on the next pass
     return _describe(z, sorted(found), found)
+
+
+def _segment_end(bounds: list[int], start: int) -> int:
+    return next(e for e in bounds if e > start)
+
+
+def _place(z: Array, s: int, e: int, tau: int, min_size: int) -> int:
+    """Where a significant change at ``tau`` in segment [s, e) begins, when ``min_size`` kept the split from it.
+
+    The split search stops ``min_size`` points from either end of a segment, so a step in the last (or first)
+    ``min_size - 1`` points of a series is found at the nearest allowed split: ``[100]*40 + [80, 80]`` splits at
+    39, a run whose value was normal. The next night it splits at 40, and the change's run, and the regression's
+    id with it, would move. A split at the limit is therefore moved to where the two sides' means fit the values
+    best (least squares), looking only in the ``min_size - 1`` points beyond that limit; a split inside the
+    allowed range stands as the energy statistic placed it."""
+    if tau == e - min_size:
+        span = range(tau, e)
+    elif tau == s + min_size:
+        span = range(s + 1, tau + 1)
+    else:
+        return tau
+    seg = z[s:e]
+    best, best_cost = tau, math.inf
+    for t in span:
+        left, right = seg[: t - s], seg[t - s:]
+        cost = float(((left - left.mean()) ** 2).sum() + ((right - right.mean()) ** 2).sum())
+        if cost < best_cost * (1.0 - 1e-12):  # the earliest of equal fits
+            best, best_cost = t, cost
+    return best
 
 
 def _describe(z: Array, indexes: list[int], p_values: dict[int, float]) -> list[ChangePoint]:

@@ -77,12 +77,27 @@ def fmt_summary(s: Summary | None, fmt: str) -> str:
     if s is None:
         return "-"
     mean = fmt.format(s.mean)
+    if s.too_noisy:
+        return f"{mean} ({s.note})"
     if s.n < 2 or s.ci_low is None or s.ci_high is None:
         return f"{mean} (n={s.n})"
-    half = (s.ci_high - s.ci_low) / 2
-    rel = f"± {half / abs(s.mean) * 100:.1f}%" if s.mean else f"± {fmt.format(half)}"
     cov = f"CoV {s.cov_pct:.1f}%, " if s.cov_pct is not None else ""
-    return f"{mean} {rel} ({cov}n={s.n})"
+    return f"{mean} {interval_text(s, fmt)} ({cov}n={s.n})"
+
+
+def interval_text(s: Summary, fmt: str) -> str:
+    """The 95% interval in % of the mean: ``± 1.9%``, or ``-18.0% +21.9%`` when the log-scale interval of a
+    positive figure leans visibly to the high side; the note of a cell too noisy to have one."""
+    if s.too_noisy:
+        return s.note
+    if s.ci_low is None or s.ci_high is None:
+        return "-"
+    if not s.mean:
+        return f"± {fmt.format((s.ci_high - s.ci_low) / 2)}"
+    below, above = (s.mean - s.ci_low) / abs(s.mean) * 100, (s.ci_high - s.mean) / abs(s.mean) * 100
+    if round(below, 1) == round(above, 1):
+        return f"± {above:.1f}%"
+    return f"-{below:.1f}% +{above:.1f}%"
 
 
 def summary_rows(d: RunDetail) -> tuple[list[str], list[list[str]]]:
@@ -102,9 +117,7 @@ def summary_rows(d: RunDetail) -> tuple[list[str], list[list[str]]]:
             if s is None:
                 row += ["-", "-", "-"]
                 continue
-            half = s.half_width
-            row += [m.fmt.format(s.mean),
-                    "-" if half is None or not s.mean else f"{half / abs(s.mean) * 100:.1f}%",
+            row += [m.fmt.format(s.mean), interval_text(s, m.fmt).removeprefix("± "),
                     "-" if s.cov_pct is None else f"{s.cov_pct:.1f}%"]
         rows.append(row)
     return heads, rows

@@ -14,11 +14,18 @@ the test from the metric name.
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
 
 from orchestrator.stats.summary import check_values, normal_sf, t_ppf, t_sf2
 
@@ -26,7 +33,7 @@ TestName = Literal["welch", "mann-whitney"]
 VerdictKind = Literal["significant", "no significant difference", "cannot be judged"]
 
 SINGLE_RUNS = "single runs: a difference cannot be judged"
-EXACT_MAX_N = 30  # Mann-Whitney: exact null distribution (no ties) up to this many values per side
+EXACT_MAX_N = 30  # Mann-Whitney: exact permutation distribution (ties included) up to this many values per side
 
 # Tokens of a metric name that mark a tail or extreme figure: p99, p99_9, p999, max, stddev, percentile...
 _TAIL = re.compile(r"(^|[_.\-\s])(p\d+(\.\d+)?|max|maximum|std|stdev|stddev|percentiles?|tail)($|[_.\-\s])")
@@ -99,8 +106,12 @@ def welch(a: Iterable[float], b: Iterable[float], level: float = 0.95) -> WelchR
     na, nb = len(xa), len(xb)
     if na < 2 or nb < 2:
         raise ValueError(SINGLE_RUNS)
-    ma, va = _mean_var(xa)
-    mb, vb = _mean_var(xb)
+    # t, df and g do not depend on the unit: computed on values scaled to at most 1, so that squares of squared
+    # deviations neither overflow (values near 1e154) nor vanish (near 1e-90); differences are scaled back.
+    # (All zeros give frexp exponent 0: a scale of 1.)
+    scale = 2.0 ** math.frexp(max(max(abs(x) for x in xa), max(abs(x) for x in xb)))[1]  # a power of 2: exact
+    ma, va = _mean_var([x / scale for x in xa])
+    mb, vb = _mean_var([x / scale for x in xb])
     diff = mb - ma
     sa, sb = va / na, vb / nb
     se2 = sa + sb
@@ -109,7 +120,7 @@ def welch(a: Iterable[float], b: Iterable[float], level: float = 0.95) -> WelchR
         df = float(na + nb - 2)
         t = 0.0 if diff == 0 else math.copysign(math.inf, diff)
         p = 1.0 if diff == 0 else 0.0
-        return WelchResult(t, df, p, diff, diff, diff, None)
+        return WelchResult(t, df, p, diff * scale, diff * scale, diff * scale, None)
     se = math.sqrt(se2)
     df = se2 * se2 / (sa * sa / (na - 1) + sb * sb / (nb - 1))
     t = diff / se
@@ -119,10 +130,10 @@ def welch(a: Iterable[float], b: Iterable[float], level: float = 0.95) -> WelchR
     g: float | None = None
     if pooled > 0:
         g = diff / pooled * (1.0 - 3.0 / (4.0 * (na + nb) - 9.0))
-    return WelchResult(t, df, p, diff, diff - half, diff + half, g)
+    return WelchResult(t, df, p, diff * scale, (diff - half) * scale, (diff + half) * scale, g)
 
 
-def _ranks(values: list[float]) -> tuple[list[float], list[int]]:
+def _ranks(values: Sequence[float | Fraction]) -> tuple[list[float], list[int]]:
     """Average ranks (1-based) and the sizes of tie groups."""
     order = sorted(range(len(values)), key=values.__getitem__)
     ranks = [0.0] * len(values)
@@ -159,66 +170,153 @@ def _u_counts(n1: int, n2: int) -> list[int]:
     return table[n2]
 
 
+@functools.lru_cache(maxsize=256)
+def _rank_sum_counts(doubled: tuple[int, ...], nb: int) -> npt.NDArray[np.float64]:
+    """The permutation distribution of twice the rank sum of ``nb`` values drawn from the midranks ``doubled / 2``:
+    element s counts the subsets of size ``nb`` whose doubled midranks add up to s. With ties this is the exact
+    conditional null distribution of Mann-Whitney's U (every split of the observed midranks equally likely).
+    A 0/1 knapsack over the values: at most 60 of them and sums below 3,700 here, a few ms of numpy."""
+    table = np.zeros((nb + 1, sum(doubled) + 1), dtype=np.float64)
+    table[0, 0] = 1.0
+    for w in doubled:
+        table[1:, w:] += table[:-1, :-w]  # numpy reads the right side before writing (overlap-safe)
+    out: npt.NDArray[np.float64] = table[nb]
+    return out
+
+
+@dataclass(frozen=True)
+class _Arrangement:
+    """The combined sample of ``a`` and ``b - d`` for one shift ``d``: U of ``b - d`` and its p-value."""
+
+    u: float
+    p: float
+    z: float | None
+    exact: bool
+
+
+def _arrangement(a: Sequence[Fraction], b: Sequence[Fraction], d: Fraction) -> _Arrangement:
+    """Mann-Whitney's two-sided p of ``b - d`` against ``a``: exact (the permutation distribution of the
+    observed midranks, ties included) with at most :data:`EXACT_MAX_N` values a side, else the normal
+    approximation with the tie-corrected variance and a continuity correction of 0.5. Values are exact
+    fractions, so a tie is a tie and a shift's arrangement does not depend on rounding."""
+    na, nb = len(a), len(b)
+    n = na + nb
+    ranks, ties = _ranks([*a, *(y - d for y in b)])
+    r_b = math.fsum(ranks[na:])
+    u = r_b - nb * (nb + 1) / 2.0
+    if max(na, nb) <= EXACT_MAX_N:
+        doubled = tuple(sorted(round(2 * r) for r in ranks))
+        counts = _rank_sum_counts(doubled, nb)
+        centre = nb * (n + 1)  # twice the mean rank sum
+        far = abs(round(2 * r_b) - centre)
+        sums = np.arange(len(counts))
+        tail = float(counts[np.abs(sums - centre) >= far].sum())
+        return _Arrangement(u, min(1.0, tail / float(counts.sum())), None, True)
+    mu = na * nb / 2.0
+    tie_term = sum(t**3 - t for t in ties) / (n * (n - 1))
+    var = na * nb / 12.0 * ((n + 1) - tie_term)
+    if var <= 0:  # every value equal
+        return _Arrangement(u, 1.0, 0.0, False)
+    z = max(0.0, abs(u - mu) - 0.5) / math.sqrt(var)
+    return _Arrangement(u, min(1.0, 2.0 * normal_sf(z)), math.copysign(z, u - mu), False)
+
+
+def _exact(xs: Iterable[float]) -> list[Fraction]:
+    return [Fraction(x) for x in xs]
+
+
 def mann_whitney(a: Iterable[float], b: Iterable[float]) -> MannWhitneyResult:
     """Two-sided Mann-Whitney U test of b against a.
 
-    Without ties and with at most :data:`EXACT_MAX_N` values per side the p-value comes from the
-    exact null distribution (the normal approximation is poor for the 3-10 repeats a cell has).
-    Otherwise the normal approximation with the tie correction of the variance and a continuity
-    correction of 0.5 is used.
+    With at most :data:`EXACT_MAX_N` values per side the p-value comes from the exact permutation
+    distribution of the observed midranks, ties included (the normal approximation is poor for the
+    3-10 repeats a cell has, and anti-conservative with the ties fio's bucketed percentiles make:
+    3 equal values against 3 other equal values is p = 0.1, never below). Otherwise the normal
+    approximation with the tie correction of the variance and a continuity correction of 0.5 is used.
     """
     xa, xb = check_values(a, "a"), check_values(b, "b")
     na, nb = len(xa), len(xb)
     if na < 2 or nb < 2:
         raise ValueError(SINGLE_RUNS)
-    ranks, ties = _ranks(xa + xb)
-    r_b = math.fsum(ranks[na:])
-    u_b = r_b - nb * (nb + 1) / 2.0
-    n = na + nb
-    mu = na * nb / 2.0
+    arr = _arrangement(_exact(xa), _exact(xb), Fraction(0))
     shifts = sorted(y - x for x in xa for y in xb)
     k = len(shifts)
     hl = shifts[k // 2] if k % 2 else (shifts[k // 2 - 1] + shifts[k // 2]) / 2.0
-    rbc = 2.0 * u_b / (na * nb) - 1.0
-    if not ties and max(na, nb) <= EXACT_MAX_N:
-        counts = _u_counts(na, nb)
-        total = sum(counts)
-        lo_u = min(u_b, na * nb - u_b)  # the distribution is symmetric
-        tail = sum(counts[: math.floor(lo_u + 1e-9) + 1])
-        p = min(1.0, 2.0 * tail / total)
-        return MannWhitneyResult(u_b, None, p, True, rbc, hl)
-    tie_term = sum(t**3 - t for t in ties) / (n * (n - 1))
-    var = na * nb / 12.0 * ((n + 1) - tie_term)
-    if var <= 0:  # every value equal
-        return MannWhitneyResult(u_b, 0.0, 1.0, False, rbc, hl)
-    z = max(0.0, abs(u_b - mu) - 0.5) / math.sqrt(var)
-    p = min(1.0, 2.0 * normal_sf(z))
-    return MannWhitneyResult(u_b, math.copysign(z, u_b - mu), p, False, rbc, hl)
+    rbc = 2.0 * arr.u / (na * nb) - 1.0
+    return MannWhitneyResult(arr.u, arr.z, arr.p, arr.exact, rbc, hl)
+
+
+MAX_INVERTED_PAIRS = 40_000  # shift_ci inverts the test over the pairwise differences up to this many pairs
 
 
 def shift_ci(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float] | None:
-    """Distribution-free interval of the shift b - a from the ordered pairwise differences
-    (Hodges-Lehmann / Moses); None when the samples are too small for that level."""
+    """Distribution-free interval of the shift b - a: the shifts ``d`` for which Mann-Whitney does not reject
+    ``b - d`` against ``a`` at ``1 - level`` (the Hodges-Lehmann / Moses interval, by inverting the very test
+    whose p accompanies it, so the interval leaves 0 out exactly when that p is significant). Its ends are
+    pairwise differences b_j - a_i. None when the samples are too small to bound the shift at that level."""
+    alpha = 1.0 - level
+    na, nb = len(a), len(b)
+    if na * nb > MAX_INVERTED_PAIRS:
+        return _moses_normal(a, b, level)
+    ea, eb = _exact(a), _exact(b)
+    values = sorted({y - x for x in ea for y in eb})
+    # Candidates in increasing order: the gap below the smallest difference, each difference, the gap above it...
+    cands: list[Fraction] = [values[0] - 1]
+    for lo, hi in itertools.pairwise(values):
+        cands += [lo, (lo + hi) / 2]
+    cands += [values[-1], values[-1] + 1]
+
+    def accepted(i: int) -> bool:
+        return _arrangement(ea, eb, cands[i]).p > alpha
+
+    centre = max(range(len(cands)), key=lambda i: _arrangement(ea, eb, cands[i]).p) if len(cands) <= 64 else \
+        _median_candidate(cands, values, ea, eb)
+    if not accepted(centre) or accepted(0) or accepted(len(cands) - 1):
+        return None
+    low = _first(lambda i: accepted(i), 0, centre)  # first accepted from the left (p grows towards the centre)
+    high = _first(lambda i: not accepted(i), centre, len(cands) - 1) - 1  # last accepted
+    zero = bisect.bisect_left(cands, Fraction(0))
+    if zero < len(cands) and cands[zero] == 0 and accepted(zero):  # the arrangement at 0 itself
+        low, high = min(low, zero), max(high, zero)
+    return float(_closure(cands, low, values, below=True)), float(_closure(cands, high, values, below=False))
+
+
+def _median_candidate(cands: list[Fraction], values: list[Fraction], ea: list[Fraction], eb: list[Fraction]) -> int:
+    """The candidate at the Hodges-Lehmann shift (U closest to its mean, so accepted whenever any is)."""
+    shifts = sorted(y - x for x in ea for y in eb)
+    k = len(shifts)
+    hl = shifts[k // 2] if k % 2 else (shifts[k // 2 - 1] + shifts[k // 2]) / 2
+    return bisect.bisect_left(cands, hl)
+
+
+def _first(pred: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The first index in [lo, hi] where ``pred`` holds (binary search: it holds on a suffix), hi if none."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _closure(cands: list[Fraction], i: int, values: list[Fraction], *, below: bool) -> Fraction:
+    """The difference that bounds accepted candidate ``i``: itself, or the difference next to its gap."""
+    if i % 2 == 1:  # odd positions are the differences themselves
+        return cands[i]
+    j = i // 2  # gap j lies between values[j - 1] and values[j]
+    return values[j - 1] if below else values[j]
+
+
+def _moses_normal(a: list[float], b: list[float], level: float) -> tuple[float, float] | None:
+    """Large samples: the k-th smallest and largest of the differences, k from the normal approximation with the
+    same continuity correction as the test (k is the nearest integer, not the floor)."""
     shifts = sorted(y - x for x in a for y in b)
     na, nb = len(a), len(b)
-    if max(na, nb) <= EXACT_MAX_N:
-        counts = _u_counts(na, nb)
-        total = sum(counts)
-        alpha2 = (1.0 - level) / 2.0
-        acc, c_k = 0, -1
-        for u, c in enumerate(counts):  # largest C with P(U <= C) <= alpha/2
-            if (acc + c) / total > alpha2:
-                break
-            acc += c
-            c_k = u
-        if c_k < 0:
-            return None
-        k = c_k + 1  # the k-th smallest and k-th largest difference (1-based)
-    else:
-        z = -t_ppf((1.0 - level) / 2.0, 1e9)
-        k = math.floor(na * nb / 2.0 - z * math.sqrt(na * nb * (na + nb + 1) / 12.0))
-        if k < 1:
-            return None
+    z = -t_ppf((1.0 - level) / 2.0, 1e9)
+    k = math.floor(na * nb / 2.0 - z * math.sqrt(na * nb * (na + nb + 1) / 12.0) + 0.5)
+    if k < 1:
+        return None
     return shifts[k - 1], shifts[len(shifts) - k]
 
 

@@ -3,6 +3,8 @@ per-pair ratios with their 95% interval that docs/performance.md reports."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from bench.benchlab import excludes, fio_job_cpu, fmt_ci, last_report, proc_cpu, ratio_summary, ratios, split_cpus
@@ -34,7 +36,9 @@ def test_ratio_summary_interval_matches_student_t() -> None:
     s = ratio_summary([0.9, 1.1, 0.9, 1.1])
     assert s.mean == pytest.approx(1.0)
     assert s.ci_low is not None and s.ci_high is not None
-    assert s.ci_high - s.mean == pytest.approx(3.182446 * (0.04 / 3) ** 0.5 / 2, rel=1e-5)
+    # a ratio cannot be negative: the log-scale interval, mean * exp(-+ t CoV / sqrt(n))
+    assert s.ci_high == pytest.approx(math.exp(3.182446 * (0.04 / 3) ** 0.5 / 2), rel=1e-5)
+    assert s.ci_low == pytest.approx(math.exp(-3.182446 * (0.04 / 3) ** 0.5 / 2), rel=1e-5)
     assert not excludes(s, 1.0)
     assert excludes(ratio_summary([0.80, 0.82, 0.81]), 1.0)
     assert fmt_ci(s).startswith("1.0000 [") and "median 1.0000, n=4" in fmt_ci(s)

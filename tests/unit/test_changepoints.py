@@ -251,3 +251,45 @@ def test_analyze_changes_caps_the_listing(tmp_path: Path) -> None:
 )
 def test_fmt_four_significant_digits(x: float, text: str) -> None:
     assert fmt(x) == text
+
+
+# --- issue 26: a change keeps its run -------------------------------------------------------------------------
+
+
+def test_a_step_in_the_last_two_runs_is_placed_at_its_first_run() -> None:
+    # min_size keeps the split search 3 points from the end: the step was found at 39, a run whose value was
+    # normal, and at 40 the next night. It is placed where it begins from the first night it is seen.
+    for tail in (2, 3, 5):
+        got = detect_changes([100.0] * 40 + [80.0] * tail)
+        assert [(c.index, c.mean_before, c.mean_after) for c in got] == [(40, 100.0, 80.0)], tail
+    assert [c.index for c in detect_changes([80.0] * 2 + [100.0] * 40)] == [2]  # and at the start
+    # a split inside the allowed range stands where the energy statistic put it
+    assert [c.index for c in detect_changes([100.0] * 20 + [80.0] * 20)] == [20]
+
+
+def test_the_permutation_p_counts_the_observed_split() -> None:
+    # p = (exceedances + 1) / (permutations + 1): the observed split is one of the arrangements, so p is never 0.
+    step = [100.0] * 20 + [80.0] * 20
+    assert detect_changes(step)[0].p_value == pytest.approx(1 / 200)
+    assert detect_changes(step, permutations=99)[0].p_value == pytest.approx(1 / 100)
+    with pytest.raises(ValueError, match="smallest p"):
+        detect_changes(step, permutations=10)  # 1/11 can never reach 0.05
+
+
+def test_q_follows_the_energy_formula() -> None:
+    from itertools import combinations
+
+    from orchestrator.stats.changepoints import _q_values
+
+    z = np.random.default_rng(3).normal(0, 1, 17)
+    m, k = len(z), 3
+    q = _q_values(z.astype(np.float32)[None, :], k)[0]
+    for tau in range(k, m - k + 1):
+        left, right = z[:tau], z[tau:]
+        between = sum(abs(x - y) for x in left for y in right)
+        within_l = sum(abs(x - y) for x, y in combinations(left, 2))
+        within_r = sum(abs(x - y) for x, y in combinations(right, 2))
+        nl, nr = tau, m - tau
+        expected = nl * nr / m * (2 / (nl * nr) * between - within_l / (nl * (nl - 1) / 2)
+                                  - within_r / (nr * (nr - 1) / 2))
+        assert q[tau - k] == pytest.approx(expected, rel=1e-4, abs=1e-5)

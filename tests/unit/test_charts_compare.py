@@ -39,7 +39,7 @@ def test_two_runs_get_means_intervals_and_verdicts_per_headline_figure(db: sessi
     lo, hi = (float(x) for x in re.findall(r"[-+][\d.]+", gain["95% CI of the difference"]))
     assert lo < 10 < hi
     assert by[("4k-random rwmixread=100", "A")]["verdict"] == "baseline"
-    assert by[("4k-random rwmixread=100", "A")]["95% CI of the mean"] == "99,018 to 100,982"
+    assert by[("4k-random rwmixread=100", "A")]["95% CI of the mean"] == "99,023 to 100,986"
     assert by[("4k-random rwmixread=0", "B")]["verdict"] == "no significant difference"
     single = by[("4k-random rwmixread=50", "B")]
     assert single["verdict"] == "single run: cannot judge" and single["p"] == "-" and single["vs A"] == "+10.0%"

@@ -192,7 +192,8 @@ def test_three_runs_each_against_the_first_and_unmatched_cells_last(db: sessionm
     single = doc["cells"][0]["runs"][2]
     assert single["repeats"] == 1 and single["verdicts"]["iops"]["verdict"] == "cannot be judged"
     assert single["stats"]["iops"] == {"n": 1, "mean": 1100.0, "median": 1100.0, "stdev": None, "ci_low": None,
-                                       "ci_high": None, "cov_pct": None}
+                                       "ci_high": None, "cov_pct": None,
+                                       "note": "single run: no interval or variation can be estimated"}
 
 
 def test_op_mode_is_matched_when_a_run_holds_several(db: sessionmaker[Session]) -> None:
@@ -218,8 +219,8 @@ def test_csv_is_long_format_with_documented_columns_and_empty_missing_values(db:
         "lat_max_us", "lat_stddev_us", "iops_vs_first_pct", "mb_s_vs_first_pct", "lat_mean_us_vs_first_pct",
         "lat_max_us_vs_first_pct", "lat_stddev_us_vs_first_pct", "repeats",
         *(f"{m}_{f}" for m in ("iops", "mb_s", "lat_mean_us", "lat_max_us", "lat_stddev_us")
-          for f in ("n", "ci_low", "ci_high", "cov_pct", "verdict", "test", "p", "effect_size", "diff_ci_low_pct",
-                    "diff_ci_high_pct"))]
+          for f in ("n", "ci_low", "ci_high", "cov_pct", "note", "verdict", "test", "p", "effect_size",
+                    "diff_ci_low_pct", "diff_ci_high_pct"))]
     assert [(r["run"], r["partial"]) for r in rows] == [("ra", "true"), ("rb", "false")] * 2
     assert float(rows[1]["iops_vs_first_pct"]) == pytest.approx(-20.0)
     assert rows[2]["iops"] == "" and rows[3]["iops_vs_first_pct"] == "" and "None" not in text

@@ -122,7 +122,7 @@ def test_each_cell_summarizes_the_repeats_it_has() -> None:
     assert s is not None and s.mean == 1000.0 and s.cov_pct == pytest.approx(10.0)
     heads, rows = summary_rows(d)
     assert heads == ["cell", "n", "IOPS", "±95%", "CoV", "avg lat µs", "±95%", "CoV"]
-    assert rows[0][:5] == ["4k stock iodepth=1", "3/3", "1,000", "24.8%", "10.0%"]
+    assert rows[0][:5] == ["4k stock iodepth=1", "3/3", "1,000", "-22.0% +28.2%", "10.0%"]
     assert rows[1][:2] == ["4k stock iodepth=4", "2/3"]
 
 
@@ -135,7 +135,7 @@ def test_run_show_prints_the_repeats_table_and_none_for_a_run_once() -> None:
     console = Console(width=100, record=True)
     console.print(table)
     text = console.export_text()
-    assert "repeated cells" in text and "3/3" in text and "24.8%" in text
+    assert "repeated cells" in text and "3/3" in text and "-22.0% +28.2%" in text
 
 
 def test_a_repeated_cells_report_figures_are_the_means() -> None:
@@ -145,3 +145,20 @@ def test_a_repeated_cells_report_figures_are_the_means() -> None:
     assert mean.lat_mean_ns == pytest.approx(statistics.fmean(1e9 / v for v in (1000.0, 1100.0, 900.0)))
     assert mean.metrics == {"combined": {"iops": pytest.approx(1000.0), "clat": {"p99": pytest.approx(2000.0)}},
                             "tool": "fio"}
+
+
+def test_a_cell_too_noisy_to_judge_says_so_instead_of_printing_bounds() -> None:
+    # Three repeats at 82,784 IOPS on average with a CoV of 56%: Student's interval ran from -29,683 to 195,251.
+    import json
+
+    from orchestrator.compare import as_json, compare_details
+    from orchestrator.export.tables import cell_rows
+
+    d = _run({1: [33_113.6, 124_176.0, 91_062.4]})
+    _heads, rows = summary_rows(d)
+    assert rows[0][2:5] == ["82,784", "too noisy: CoV 56% over 3 repeats", "55.7%"]
+    exported = [r for r in cell_rows(d) if r["metric"] == "iops"]
+    assert exported[0]["ci_low"] is None and exported[0]["note"] == "too noisy: CoV 56% over 3 repeats"
+    doc = json.loads(as_json(compare_details([d, d])))
+    stats = doc["cells"][0]["runs"][0]["stats"]["iops"]
+    assert stats["ci_low"] is None and stats["note"] == "too noisy: CoV 56% over 3 repeats"

@@ -115,7 +115,8 @@ def test_mann_whitney_u_and_effect_by_pair_counting() -> None:
     assert r.hodges_lehmann == pytest.approx(float(np.median([y - x for x, y in pairs])))
 
 
-def test_mann_whitney_normal_approximation_with_ties() -> None:
+def test_mann_whitney_normal_approximation_with_ties(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sig, "EXACT_MAX_N", 5)  # the normal branch, which larger samples take
     a = [1, 2, 2, 3, 3, 3, 4, 5, 5, 6]
     b = [3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 9]
     allv = a + b
@@ -227,3 +228,106 @@ def test_quantile_used_for_interval_is_t() -> None:
     assert w.df == pytest.approx(4.0)
     se = math.sqrt(1 / 3 + 1 / 3)
     assert w.ci_high - w.diff == pytest.approx(t_ppf(0.975, 4) * se)
+
+
+# --- issue 26: exact where it matters -------------------------------------------------------------------------
+
+
+def _permutation_p(a: list[float], b: list[float]) -> float:
+    """scipy's permutation test (every split enumerated) of |rank sum of b - its mean|: the independent reference."""
+    stats = pytest.importorskip("scipy.stats")
+
+    def statistic(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+        ranks = stats.rankdata(np.concatenate([x, y], axis=axis), axis=axis)
+        n = x.shape[axis] + y.shape[axis]
+        return np.abs(ranks[..., x.shape[axis]:].sum(axis=axis) - y.shape[axis] * (n + 1) / 2)
+
+    res = stats.permutation_test((a, b), statistic, permutation_type="independent", n_resamples=10**7,
+                                 alternative="greater")
+    return float(res.pvalue)
+
+
+def test_mann_whitney_with_ties_in_small_samples_is_exact() -> None:
+    # Three equal values against three other equal values: 2 of the 20 splits are as extreme. The normal
+    # approximation said p = 0.047, "significant", where no test on 3 vs 3 can go below 0.1.
+    r = sig.mann_whitney([1, 1, 1], [2, 2, 2])
+    assert r.exact and r.p == pytest.approx(0.1)
+    v = sig.judge([1, 1, 1], [2, 2, 2], test="mann-whitney")
+    assert v.kind == "no significant difference" and v.ci_low is None
+    assert sig.mann_whitney([10, 20, 20, 30], [20, 30, 30, 40, 40]).p == pytest.approx(
+        _permutation_p([10, 20, 20, 30], [20, 30, 30, 40, 40]))
+
+
+def test_mann_whitney_matches_an_exhaustive_permutation_test() -> None:
+    # fio's percentiles come from buckets: ties are the rule. 60 random tied samples of 2..8 values a side.
+    rng = np.random.default_rng(26)
+    for _ in range(60):
+        a = [float(x) for x in rng.integers(0, 6, int(rng.integers(2, 9)))]
+        b = [float(x) for x in rng.integers(1, 8, int(rng.integers(2, 9)))]
+        assert sig.mann_whitney(a, b).p == pytest.approx(_permutation_p(a, b), abs=1e-12), (a, b)
+
+
+def test_the_shift_interval_agrees_with_the_p_it_accompanies() -> None:
+    # The interval is the test inverted: it leaves 0 out when p is significant and holds it when not, ties or not,
+    # small samples (exact) or large (normal).
+    rng = np.random.default_rng(1)
+    for i in range(300):
+        big = i % 10 == 0
+        na, nb = (int(rng.integers(31, 45)), int(rng.integers(2, 40))) if big else \
+            (int(rng.integers(2, 9)), int(rng.integers(2, 9)))
+        tied = i % 2 == 0
+        a = [float(x) for x in (rng.integers(0, 8, na) if tied else rng.normal(10, 2, na).round(3))]
+        b = [float(x) for x in (rng.integers(1, 9, nb) if tied else rng.normal(11, 2, nb).round(3))]
+        v = sig.judge(a, b, test="mann-whitney")
+        if v.ci_low is None or v.ci_high is None:
+            continue  # too few values to bound the shift on one side
+        if v.significant:
+            assert not v.ci_low < 0 < v.ci_high, (a, b, v)
+        else:
+            assert v.ci_low <= 0 <= v.ci_high, (a, b, v)
+
+
+def test_the_large_sample_interval_rounds_to_the_nearest_rank() -> None:
+    # 40 against 4 values: the normal branch. The floor of k gave (-24.65, 0.10) beside p = 0.048.
+    a, b = [float(x) for x in range(40)], [6.85, 7.1, 7.35, 7.6]
+    v = sig.judge(a, b, test="mann-whitney")
+    assert v.p == pytest.approx(0.0477, abs=1e-4) and v.significant
+    assert v.ci_low is not None and v.ci_high is not None and v.ci_high < 0
+    assert (v.ci_low, v.ci_high) == pytest.approx((-24.4, -0.15))
+    assert sig._moses_normal(a, b, 0.95) == pytest.approx((-24.4, -0.15))
+
+
+def test_welch_answers_at_the_ends_of_the_floating_point_range() -> None:
+    base = sig.welch([1.0, 2.0, 3.0], [4.0, 5.0, 6.5])
+    for scale in (1e-90, 1e-300, 1e154, 1e300):
+        w = sig.welch([x * scale for x in (1.0, 2.0, 3.0)], [x * scale for x in (4.0, 5.0, 6.5)])
+        assert (w.t, w.df, w.p, w.hedges_g) == pytest.approx((base.t, base.df, base.p, base.hedges_g), rel=1e-9)
+        assert (w.diff, w.ci_low, w.ci_high) == pytest.approx(
+            (base.diff * scale, base.ci_low * scale, base.ci_high * scale), rel=1e-9)
+
+
+def test_welch_against_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        a, b = list(rng.normal(100, 7, int(rng.integers(2, 12)))), list(rng.normal(104, 12, int(rng.integers(2, 12))))
+        ref = stats.ttest_ind(b, a, equal_var=False)
+        w = sig.welch(a, b)
+        assert w.t == pytest.approx(ref.statistic, rel=1e-10)
+        assert w.p == pytest.approx(ref.pvalue, rel=1e-8, abs=1e-14)
+        lo, hi = ref.confidence_interval(0.95)
+        assert (w.ci_low, w.ci_high) == pytest.approx((lo, hi), rel=1e-8)
+
+
+@pytest.mark.parametrize(("p", "df"), [(1e-300, 1.0), (1e-300, 3.0), (1e-12, 1.0), (1e-8, 2.5), (1 - 1e-16, 10.0),
+                                       (1e-200, 30.0), (0.3, 7.0)])
+def test_t_quantile_far_in_the_tails(p: float, df: float) -> None:
+    if df == 1.0:  # Cauchy: a closed form
+        expected = -1.0 / math.tan(math.pi * p) if p > 1e-100 else -1.0 / (math.pi * p)
+        assert t_ppf(p, df) == pytest.approx(expected, rel=1e-12)
+    tail = p if p < 0.5 else 1 - p
+    assert t_sf2(t_ppf(p, df), df) / 2 == pytest.approx(tail, rel=1e-9)
+    stats = pytest.importorskip("scipy.stats")
+    ref = float(stats.t.ppf(p, df))
+    if math.isfinite(ref):  # scipy gives -inf at 1e-300 with 3 degrees of freedom; the answer is -1.03e100
+        assert t_ppf(p, df) == pytest.approx(ref, rel=1e-9)

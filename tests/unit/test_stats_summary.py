@@ -83,16 +83,52 @@ def test_incomplete_beta_refuses_bad_arguments() -> None:
         reg_inc_beta(1, 1, 1.5)
 
 
-def test_summary_of_four_values() -> None:
-    # mean 2.5, sample sd sqrt(5/3) = 1.290994, t(0.975, 3) = 3.182446: half width 2.054260.
-    s = summarize([4, 1, 3, 2])
-    assert (s.n, s.mean, s.median) == (4, 2.5, 2.5)
+def test_summary_of_four_signed_values() -> None:
+    # A figure that can be negative keeps Student's symmetric interval: mean -7.5, sample sd sqrt(5/3) = 1.290994,
+    # t(0.975, 3) = 3.182446: half width 2.054260.
+    s = summarize([-6, -9, -7, -8])
+    assert (s.n, s.mean, s.median) == (4, -7.5, -7.5)
     assert s.stdev == pytest.approx(math.sqrt(5 / 3))
-    assert s.ci_low == pytest.approx(2.5 - 2.054260, abs=1e-5)
-    assert s.ci_high == pytest.approx(2.5 + 2.054260, abs=1e-5)
+    assert s.ci_low == pytest.approx(-7.5 - 2.054260, abs=1e-5)
+    assert s.ci_high == pytest.approx(-7.5 + 2.054260, abs=1e-5)
     assert s.half_width == pytest.approx(2.054260, abs=1e-5)
-    assert s.cov_pct == pytest.approx(math.sqrt(5 / 3) / 2.5 * 100)
-    assert s.note == ""
+    assert s.cov_pct == pytest.approx(math.sqrt(5 / 3) / 7.5 * 100)
+    assert s.note == "" and not s.too_noisy
+
+
+def test_a_positive_figure_never_has_an_interval_below_zero() -> None:
+    # The issue's cell: three repeats around 82,784 IOPS printed "95% interval -29,683 to 195,251".
+    values = [33_113.6, 124_176.0, 91_062.4]
+    m = sum(values) / 3
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / 2)
+    assert m - 4.302653 * sd / math.sqrt(3) < 0  # Student's symmetric interval would go below zero
+    s = summarize(values)
+    assert s.too_noisy and s.ci_low is None and s.ci_high is None
+    assert s.note == "too noisy: CoV 56% over 3 repeats"
+    # Just under the line (half width 50% of the mean) the interval is printed, on the log scale, above zero.
+    for n in (2, 3, 5):  # (at 10 repeats the line is at CoV 70%: evenly spread values would go negative)
+        t = {2: 12.706205, 3: 4.302653, 5: 2.776445}[n]
+        cov = 0.499 * math.sqrt(n) / t
+        xs = [100.0 * (1 + cov * z) for z in _unit_spread(n)]
+        s = summarize(xs)
+        assert not s.too_noisy and s.ci_low is not None and s.ci_high is not None
+        assert 0 < s.ci_low < s.mean < s.ci_high
+        h = t * cov / math.sqrt(n)
+        assert s.ci_low == pytest.approx(s.mean * math.exp(-h), rel=1e-6)
+        assert s.ci_high == pytest.approx(s.mean * math.exp(h), rel=1e-6)
+        assert summarize([100.0 * (1 + cov * 1.01 * z) for z in _unit_spread(n)]).too_noisy
+
+
+def _unit_spread(n: int) -> list[float]:
+    """n values of mean 0 and sample standard deviation 1."""
+    zs = [i - (n - 1) / 2 for i in range(n)]
+    sd = math.sqrt(sum(z * z for z in zs) / (n - 1))
+    return [z / sd for z in zs]
+
+
+def test_a_figure_with_zeros_keeps_an_interval_above_zero() -> None:
+    s = summarize([0.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0])
+    assert s.ci_low is not None and 0 < s.ci_low < s.mean
 
 
 def test_summary_of_iops_repeats() -> None:
@@ -101,7 +137,10 @@ def test_summary_of_iops_repeats() -> None:
     sd = math.sqrt((1000**2 + 500**2 + 0 + 1500**2 + 1000**2) / 4)
     assert s.mean == 40_000 and s.median == 40_000
     assert s.stdev == pytest.approx(sd)
-    assert s.half_width == pytest.approx(2.776445 * sd / math.sqrt(5), rel=1e-6)
+    h = 2.776445 * sd / math.sqrt(5) / 40_000  # the log-scale interval: mean * exp(-+ t CoV / sqrt(n))
+    assert s.ci_low == pytest.approx(40_000 * math.exp(-h), rel=1e-6)
+    assert s.ci_high == pytest.approx(40_000 * math.exp(h), rel=1e-6)
+    assert s.half_width == pytest.approx(2.776445 * sd / math.sqrt(5), rel=2e-4)  # first order: Student's t
     assert s.cov_pct == pytest.approx(sd / 400)
 
 
@@ -146,6 +185,10 @@ def test_non_numbers_are_refused() -> None:
 
 def test_mean_ci_other_level_and_short_input() -> None:
     assert mean_ci([1.0]) is None
-    ci = mean_ci([1.0, 2.0, 3.0], level=0.90)  # t(0.95, 2) = 2.919986, sd 1
+    ci = mean_ci([-1.0, 0.0, 1.0], level=0.90)  # t(0.95, 2) = 2.919986, sd 1
     assert ci is not None
     assert ci[2] - ci[0] == pytest.approx(2.919986 / math.sqrt(3), abs=1e-5)
+    pos = mean_ci([1.0, 2.0, 3.0], level=0.90)  # positive: log scale, exp(-+ t (sd / mean) / sqrt(n))
+    assert pos is not None
+    h = 2.919986 / 2 / math.sqrt(3)
+    assert pos[1:] == pytest.approx((2 * math.exp(-h), 2 * math.exp(h)))

@@ -31,7 +31,7 @@ def _figure(view: RunView, metric: Metric, cells: Sequence[CellSamples]) -> Figu
     fid = f"repeats-{view.index}-{metric.name}"
     rows = []
     for c, s in drawn:
-        ci = "-" if s.ci_low is None or s.ci_high is None else \
+        ci = s.note if s.too_noisy else "-" if s.ci_low is None or s.ci_high is None else \
             f"{metric.fmt.format(s.ci_low)} to {metric.fmt.format(s.ci_high)}"
         rows.append([c.label, f"{s.n} of {c.planned}", metric.fmt.format(s.mean), ci, _pct(s.cov_pct)])
     with plot.figure(7.5, 0.9 + 0.28 * len(drawn), layout=None) as (fig, ax):

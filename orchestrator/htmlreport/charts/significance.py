@@ -87,7 +87,8 @@ def _data(ctx: ReportContext, c: Comparison, metric: Metric) -> tuple[list[Point
             points.append(Point(row.label, i, s.mean / abs(base) * 100, None if lo is None else lo / abs(base) * 100,
                                 None if hi is None else hi / abs(base) * 100, v["verdict"] if v else "",
                                 f"{pct}{kind}".strip()))
-            ci = "-" if lo is None or hi is None else f"{fmt_value(metric, lo)} to {fmt_value(metric, hi)}"
+            ci = s.note if s.too_noisy else \
+                "-" if lo is None or hi is None else f"{fmt_value(metric, lo)} to {fmt_value(metric, hi)}"
             dci = ("-" if not v or v["diff_ci_low_pct"] is None or v["diff_ci_high_pct"] is None
                    else f"{v['diff_ci_low_pct']:+.1f}% to {v['diff_ci_high_pct']:+.1f}%")
             effect = "-" if not v or v["effect_size"] is None else f"{v['effect_name']} {v['effect_size']:.2f}"
