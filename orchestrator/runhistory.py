@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from orchestrator.cells import CellKey, cell_key
 from orchestrator.stats.changepoints import min_points
 from orchestrator.stats.history import Regression, Series, find_regressions, load_series
+from orchestrator.stats.noise import Noise
 from orchestrator.store.models import Run
 
 MEASURED = ("measure", "app", "net")
@@ -35,6 +36,8 @@ class RunHistory:
     runs: int                             # the longest of the run's series, in runs
     # (cell key, metric) of each regression -> its series: run ids and values, in run order
     series_of: dict[tuple[CellKey, str], tuple[list[str], list[float]]] = field(default_factory=dict)
+    changed_on: str | None = None         # the run where the suite changed and the run's short series began
+    noise: Noise | None = None            # the noisiest of the run's judged series: what it cannot see
 
     @property
     def regressed_keys(self) -> set[CellKey]:
@@ -48,11 +51,17 @@ class RunHistory:
                     f"cell{'s' if cells != 1 else ''} against a history of up to {self.runs} runs")
         if not self.series and not self.too_short:
             return "no figure of this run is in a history yet (it has not ended, or measured nothing)"
+        runs = f"{self.runs} run{'s' if self.runs != 1 else ''}"
+        if not self.series and self.changed_on:
+            return f"the suite changed on {self.changed_on}: new series, history too short ({runs}, the detector " \
+                   f"needs {min_points()})"
         if not self.series:
-            return f"history too short: {self.runs} run{'s' if self.runs != 1 else ''} (the detector needs " \
-                   f"{min_points()})"
+            return f"history too short: {runs} (the detector needs {min_points()})"
         short = f"; {self.too_short} series too short" if self.too_short else ""
-        return f"no regression against its {self.runs}-run history ({self.series} series judged{short})"
+        if self.too_short and self.changed_on:
+            short += f" (the suite changed on {self.changed_on}: new series)"
+        noise = f"; noisiest series: {self.noise.line()}" if self.noise is not None else ""
+        return f"no regression against its {self.runs}-run history ({self.series} series judged{short}){noise}"
 
     def step_marks(self, steps: Iterable[tuple[str, str, Mapping[str, Any]]]) -> dict[str, str]:
         """step id -> what regressed in its cell (``iops -23.1% (120,000 -> 92,280), confidence 99%``), for
@@ -96,12 +105,15 @@ def run_history(s: Session, run_id: str,
             loaded[key] = every
     mine = [ser for ser in every if run_id in ser.run_ids]
     judged = sum(1 for ser in mine if len(ser.values) >= need)
+    changed = [ser.changed_from for ser in mine if len(ser.values) < need and ser.changed_from]
+    noises = [n for ser in mine if (n := ser.noise()) is not None]
     regs = find_regressions(s, host=run.host, suite=run.suite_name, run_id=run_id, series=mine)[0] if judged else []
     drawn = {(r.cell_key, r.metric, r.model, r.firmware) for r in regs}
     series_of = {(ser.ident.cell_key, ser.ident.metric): (list(ser.run_ids), list(ser.values)) for ser in mine
                  if (ser.ident.cell_key, ser.ident.metric, ser.ident.model, ser.ident.firmware) in drawn}
     return RunHistory(run_id, tuple(regs), judged, len(mine) - judged,
-                      max((len(x.values) for x in mine), default=0), series_of)
+                      max((len(x.values) for x in mine), default=0), series_of, changed[0] if changed else None,
+                      max(noises, key=lambda n: n.detectable_pct, default=None))
 
 
 class HistoryCache:

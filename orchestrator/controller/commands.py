@@ -416,22 +416,25 @@ class CommandsMixin(AdminMixin):
                 log.info("run resumed", extra={"run": run.id, "host": run.host})
             return Reply(ok=True, run_id=run.id)
 
-    def _regressions_of(self, run_id: str) -> list[dict[str, Any]]:
-        """A scheduled run's regressions against its history, for its notification (none when they cannot be
-        judged: the notification still goes). Behind the boundary: a judgement that fails marks the run."""
-        from orchestrator.stats.history import regressions_for_run
+    def _regressions_of(self, run_id: str) -> tuple[list[dict[str, Any]], str]:
+        """A scheduled run's regressions against its history and what the history could say (``no regression
+        against its 12-run history ...``, ``the suite changed on r...: new series, history too short``), for its
+        notification (none when they cannot be judged: the notification still goes). Behind the boundary: a
+        judgement that fails marks the run."""
+        from orchestrator.runhistory import run_history
 
-        def judged() -> list[dict[str, Any]]:
+        def judged() -> tuple[list[dict[str, Any]], str]:
             with self.sessions() as s:
                 try:
-                    return [r.as_dict() for r in regressions_for_run(s, run_id)]
+                    h = run_history(s, run_id)
                 except LabError as e:
                     log.warning("regressions of run %s not judged: %s", run_id, e, extra={"run": run_id})
-                    return []
+                    return [], f"history not judged: {e}"
+                return ([r.as_dict() for r in h.regressions], h.summary()) if h is not None else ([], "")
 
-        regs = self.boundary.item("history", f"history of run {run_id}", judged,
-                                  lambda why: self._mark_run(run_id, "history not judged", why))
-        return regs or []
+        got = self.boundary.item("history", f"history of run {run_id}", judged,
+                                 lambda why: self._mark_run(run_id, "history not judged", why))
+        return got or ([], "")
 
     def notify(self) -> None:
         """Deliver end notifications the store says are due (see orchestrator.controller.notify): each run behind
@@ -455,7 +458,7 @@ class CommandsMixin(AdminMixin):
         with self.sessions() as s:
             run = s.get(Run, run_id)
             scheduled = run is not None and run.notified_at is None and from_schedule(run) is not None
-        regs = self._regressions_of(run_id) if scheduled else []
+        regs, history = self._regressions_of(run_id) if scheduled else ([], "")
         with self.sessions.begin() as s:
             run = s.get(Run, run_id)
             if run is None or run.notified_at is not None:
@@ -464,6 +467,7 @@ class CommandsMixin(AdminMixin):
             bodies = [payload(run, results)]
             if scheduled:
                 bodies[0]["regressions"] = regs
+                bodies[0]["history"] = history
                 if regs:
                     bodies.append(regressed_payload(run, regs))
             try:

@@ -39,13 +39,16 @@ def regression_table(regs: list[Regression], show_ack: bool = False) -> Table:
     t.add_column("before → after", justify="right", no_wrap=True, min_width=17)
     t.add_column("change", justify="right", no_wrap=True, min_width=7)
     t.add_column("conf", justify="right", no_wrap=True, min_width=5)
+    t.add_column("noise", justify="right", no_wrap=True, min_width=8)
     if show_ack:
         t.add_column("ack", no_wrap=True)
     for r in regs:
         when = datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M") if r.started_at else ""
         row = [r.id, f"{r.run_id}\n{when}" if when else r.run_id, r.cell, r.metric,
                f"{_value(r.before)} → {_value(r.after)}", f"{r.change_pct:+.1f}%",
-               f"{r.confidence:.2f}" + ("*" if r.rule == "last" else "")]
+               f"{r.confidence:.2f}" + ("*" if r.rule == "last" else ""),
+               "-" if r.noise_cov_pct is None or r.detectable_pct is None
+               else f"CoV {r.noise_cov_pct:.1f}%\nsees ≥{r.detectable_pct:.0f}%"]
         if show_ack:
             row.append("yes" if r.acknowledged else "")
         t.add_row(*row)
@@ -70,6 +73,9 @@ def _print(regs: list[Regression], status: HistoryStatus, show_ack: bool, since:
     for r in regs:
         if r.acknowledged and r.ack_reason:
             print(f"{r.id} acknowledged: {r.ack_reason}")
+    if regs:
+        print("noise: the series' CoV over the history its latest run is judged against, and the smallest\n"
+              "change in one run it can tell from that noise")
     if any(r.rule == "last" for r in regs):
         print("* the latest runs, judged against the history before them (the detector needs 3 runs after a "
               "change)")
@@ -101,7 +107,8 @@ def regressions_list(
         regs, status = find_regressions(s, since=after, host=host, include_acknowledged=all_)
     if as_json:
         print(json.dumps({"regressions": [r.as_dict() for r in regs], "series": status.series,
-                          "too_short": status.too_short, "need": status.need}, indent=2))
+                          "too_short": status.too_short, "need": status.need, "changed": list(status.changed)},
+                         indent=2))
         return
     _print(regs, status, all_, since)
 

@@ -2,6 +2,8 @@
 
 A **series** is one figure of one cell across the runs that ended, in start order (submit order for a run
 that never started): its identity is (host, device model, firmware, suite, cell key with its OP mode, metric).
+A cell's series also keeps to one **fingerprint** of what it ran (orchestrator.store.fingerprint: the rendered job
+without the device's path): a suite edited under its name starts new series, said as "the suite changed on r…".
 The model and firmware are those the run's results recorded at the time (``Result.provenance["device"]``, the
 first device of a group), else the declared device's today; a network run has none (""). A run's value is the
 mean of its repeats (``repeat: N``); a run without the cell, or whose figure is None (older runs lacked some
@@ -47,6 +49,7 @@ from orchestrator.cells import CellKey, cell_key, key_label
 from orchestrator.queries import RunDetail
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.stats.changepoints import MAX_POINTS, MIN_SIZE, ChangePoint, detect_changes, min_points
+from orchestrator.stats.noise import Noise, noise_of
 from orchestrator.stats.samples import MAX_FIGURE
 from orchestrator.store.models import Device, NetGroup, RegressionAck, Result, Run, Step
 
@@ -75,6 +78,8 @@ class Regression:
     ack_reason: str | None
     rule: str = "change"     # "change": a change point; "last": the last-point rule
     started_at: float | None = None   # the run's start (its submission when it never started)
+    noise_cov_pct: float | None = None    # the series' CoV over the history its last run is judged against
+    detectable_pct: float | None = None   # the smallest one-run change that history can tell from noise
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (the CLI's --json, the API, the webhook body)."""
@@ -82,7 +87,8 @@ class Regression:
                 "suite": self.suite, "cell": self.cell, "cell_key": dict(self.cell_key), "metric": self.metric,
                 "run_id": self.run_id, "before": self.before, "after": self.after, "change_pct": self.change_pct,
                 "confidence": self.confidence, "acknowledged": self.acknowledged, "ack_reason": self.ack_reason,
-                "rule": self.rule, "started_at": self.started_at}
+                "rule": self.rule, "started_at": self.started_at, "noise_cov_pct": self.noise_cov_pct,
+                "detectable_pct": self.detectable_pct}
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,10 @@ class SeriesId:
     suite: str
     cell_key: CellKey
     metric: str
+    fingerprint: str = ""    # what the cell ran (orchestrator.stats.fingerprint): a change starts a new series
 
     def regression_id(self, run_id: str) -> str:
+        # (not the fingerprint: a run is in one series of a cell, and the ids acknowledged before it existed hold)
         ident = json.dumps([self.host, self.model, self.firmware, self.suite, [list(p) for p in self.cell_key],
                             self.metric, run_id], separators=(",", ":"))
         return hashlib.sha256(ident.encode()).hexdigest()[:12]
@@ -106,10 +114,20 @@ class Series:
     run_ids: list[str] = field(default_factory=list)
     started: list[float] = field(default_factory=list)
     values: list[float] = field(default_factory=list)    # a run's mean over its repeats
+    changed_from: str | None = None   # the run where the cell's fingerprint changed and this series began
 
     @property
     def label(self) -> str:
         return key_label(self.ident.cell_key)
+
+    def noise(self) -> Noise | None:
+        """The noise of the history the last run is judged against (since the latest change point)."""
+        if len(self.values) < min_points():
+            return None
+        values = self.values[-HISTORY_POINTS:]
+        changes = _detect(values, f"{self.ident.host} {self.label} {self.ident.metric}")
+        since = changes[-1].index if changes else 0
+        return noise_of(values[since:max(len(values) - MIN_SIZE + 1, 0)], OUTLIER_SD, THRESHOLD_PCT)
 
 
 @dataclass(frozen=True)
@@ -119,12 +137,18 @@ class HistoryStatus:
     series: int
     too_short: int
     need: int = field(default_factory=min_points)
+    changed: tuple[str, ...] = ()    # runs where a cell's fingerprint changed and its new series is too short
 
     def message(self) -> str | None:
-        """``3 series too short (need 8 runs)``, or None when every series could be judged."""
+        """``3 series too short (need 8 runs); the suite changed on r12: new series, history too short``, or None
+        when every series could be judged."""
         if not self.too_short:
             return None
-        return f"{self.too_short} series too short (need {self.need} runs)"
+        text = f"{self.too_short} series too short (need {self.need} runs)"
+        if self.changed:
+            more = f" and {len(self.changed) - 3} more" if len(self.changed) > 3 else ""
+            text += f"; the suite changed on {', '.join(self.changed[:3])}{more}: new series, history too short"
+        return text
 
 
 # --------------------------------------------------------------------------- loading
@@ -152,7 +176,8 @@ class _RunRow:
     network: bool
     when: float
     submitted_at: float
-    cells: list[tuple[str, dict[str, Any], _Row | None]] = field(default_factory=list)   # step kind, cell, result
+    # step kind, cell, result, fingerprint
+    cells: list[tuple[str, dict[str, Any], _Row | None, str]] = field(default_factory=list)
 
 
 def _device_ids(s: Session, runs: Sequence[_RunRow], run_ids: Any) -> dict[str, tuple[str, str]]:
@@ -178,8 +203,8 @@ def _device_ids(s: Session, runs: Sequence[_RunRow], run_ids: Any) -> dict[str, 
 
 def _steps(s: Session, runs: dict[str, _RunRow], run_ids: Any) -> None:
     """Every measured (storage, application) step of the runs with its result's figures: two queries."""
-    cols = (Step.run_id, Step.id, Step.kind, Step.cell, Result.iops, Result.bw_bytes, Result.lat_mean_ns,
-            Result.lat_max_ns, Result.lat_stddev_ns)
+    cols = (Step.run_id, Step.id, Step.kind, Step.cell, Step.fingerprint, Result.iops, Result.bw_bytes,
+            Result.lat_mean_ns, Result.lat_max_ns, Result.lat_stddev_ns)
     seen: dict[str, tuple[_RunRow, int]] = {}
     for kind, extra in (("measure", ()), ("app", (Result.metrics,))):
         query = (select(*cols, *extra, Result.id).outerjoin(Result, Result.step_id == Step.id)
@@ -188,8 +213,8 @@ def _steps(s: Session, runs: dict[str, _RunRow], run_ids: Any) -> None:
             run = runs.get(row[0])
             if run is None or run.network:
                 continue
-            res = None if row[-1] is None else _Row(*row[4:9], *(row[9:10] if extra else ()))
-            entry = (str(row[2]), row[3] if isinstance(row[3], dict) else {}, res)
+            res = None if row[-1] is None else _Row(*row[5:10], *(row[10:11] if extra else ()))
+            entry = (str(row[2]), row[3] if isinstance(row[3], dict) else {}, res, str(row[4] or ""))
             if row[1] in seen:              # a step with several results (reruns): the latest
                 r, i = seen[row[1]]
                 r.cells[i] = entry
@@ -198,28 +223,30 @@ def _steps(s: Session, runs: dict[str, _RunRow], run_ids: Any) -> None:
                 run.cells.append(entry)
 
 
-def _values(run: _RunRow) -> Iterable[tuple[CellKey, dict[str, float | None]]]:
-    """orchestrator.cellmetrics.cell_entries over the loaded rows of a storage or application run."""
-    app = any(kind == "app" for kind, _c, _r in run.cells)
-    for kind, cell, res in run.cells:
+def _values(run: _RunRow) -> Iterable[tuple[CellKey, dict[str, float | None], str]]:
+    """orchestrator.cellmetrics.cell_entries over the loaded rows of a storage or application run, with each
+    step's fingerprint."""
+    app = any(kind == "app" for kind, _c, _r, _f in run.cells)
+    for kind, cell, res, fp in run.cells:
         if res is None:
             continue
         if app and kind == "app" and cell.get("phase") != "prepare":
-            yield cell_key(cell, with_op_mode=True), app_values(cast(Result, res))
+            yield cell_key(cell, with_op_mode=True), app_values(cast(Result, res)), fp
         elif not app and kind == "measure":
-            yield cell_key(cell, with_op_mode=True), storage_values(cast(Result, res))
+            yield cell_key(cell, with_op_mode=True), storage_values(cast(Result, res)), fp
 
 
-def _net_values(s: Session, runs: list[_RunRow]) -> dict[str, list[tuple[CellKey, dict[str, float | None]]]]:
+def _net_values(s: Session, runs: list[_RunRow]) -> dict[str, list[tuple[CellKey, dict[str, float | None], str]]]:
     """A network run's groups (their window totals) through cellmetrics.cell_entries (network runs are few)."""
     ids = [r.id for r in runs]
     groups: dict[str, list[NetGroup]] = {}
     for g in s.scalars(select(NetGroup).where(NetGroup.run_id.in_(ids)).order_by(NetGroup.seq)):
         groups.setdefault(g.run_id, []).append(g)
-    out: dict[str, list[tuple[CellKey, dict[str, float | None]]]] = {}
+    out: dict[str, list[tuple[CellKey, dict[str, float | None], str]]] = {}
     for run in s.scalars(select(Run).where(Run.id.in_(ids))):
         detail = RunDetail(run=run, steps=[], results={}, preconditions=[], net_groups=groups.get(run.id, []))
-        out[run.id] = [(key, e.values) for key, e in cell_entries(detail, with_op_mode=True) if e.step is not None]
+        out[run.id] = [(key, e.values, "") for key, e in cell_entries(detail, with_op_mode=True)
+                       if e.step is not None]
     return out
 
 
@@ -250,21 +277,36 @@ def load_series(s: Session, *, host: str | None = None, suite: str | None = None
     out: dict[SeriesId, Series] = {}
     for run in sorted(runs.values(), key=lambda r: (r.when, r.submitted_at, r.id)):
         model, firmware = devices.get(run.id, ("", ""))
-        sums: dict[tuple[CellKey, str], list[float]] = {}
-        for key, values in (net_values.get(run.id, []) if run.network else _values(run)):
+        sums: dict[tuple[CellKey, str, str], list[float]] = {}
+        for key, values, fp in (net_values.get(run.id, []) if run.network else _values(run)):
             for metric, v in values.items():
                 # (a non-finite or absurd stored figure is no point, as a missing one: 1e308s overflow)
                 if metric in wanted and v is not None and math.isfinite(v) and abs(v) <= MAX_FIGURE:
-                    sums.setdefault((key, metric), []).append(float(v))
-        for (key, metric), vals in sums.items():
-            ident = SeriesId(run.host, model, firmware, run.suite, key, metric)
+                    sums.setdefault((key, metric, fp), []).append(float(v))
+        for (key, metric, fp), vals in sums.items():
+            ident = SeriesId(run.host, model, firmware, run.suite, key, metric, fp)
             ser = out.get(ident)
             if ser is None:
                 ser = out[ident] = Series(ident)
             ser.run_ids.append(run.id)
             ser.started.append(run.when)
             ser.values.append(sum(vals) / len(vals))
+    _mark_changes(out.values())
     return list(out.values())
+
+
+def _mark_changes(series: Iterable[Series]) -> None:
+    """Set ``changed_from`` on every series that began after another of the same cell and figure with another
+    fingerprint (the suite was edited under its name, or a submission overrode it)."""
+    cells: dict[tuple[Any, ...], list[Series]] = {}
+    for ser in series:
+        i = ser.ident
+        cells.setdefault((i.host, i.model, i.firmware, i.suite, i.cell_key, i.metric), []).append(ser)
+    for group in cells.values():
+        if len(group) > 1:
+            group.sort(key=lambda x: x.started[0])
+            for ser in group[1:]:
+                ser.changed_from = ser.run_ids[0]
 
 
 # --------------------------------------------------------------------------- judging
@@ -302,6 +344,10 @@ def judge_series(ser: Series, threshold: float = THRESHOLD_PCT) -> list[Regressi
     last = _last_points(ser, values, offset, changes[-1].index if changes else 0, threshold)
     if last is not None:
         out.append(last)
+    noise = ser.noise()
+    if noise is not None:
+        for r in out:
+            r.noise_cov_pct, r.detectable_pct = noise.cov_pct, noise.detectable_pct
     return out
 
 
@@ -352,6 +398,7 @@ def find_regressions(s: Session, *, since: float | None = None, host: str | None
     only the series holding that run are judged, and only the regressions at it kept; ``series``: those
     already loaded (of ``host`` and ``suite``) instead of reading them again."""
     judged, short = 0, 0
+    changed: dict[str, float] = {}
     found: list[Regression] = []
     for ser in load_series(s, host=host, suite=suite) if series is None else series:
         if run_id is not None and run_id not in ser.run_ids[-HISTORY_POINTS:]:
@@ -359,6 +406,8 @@ def find_regressions(s: Session, *, since: float | None = None, host: str | None
         regs = judge_series(ser, threshold)
         if regs is None:
             short += 1
+            if ser.changed_from is not None:
+                changed[ser.changed_from] = ser.started[0]
             continue
         judged += 1
         found.extend(r for r in regs if (since is None or (r.started_at is not None and r.started_at >= since))
@@ -372,7 +421,7 @@ def find_regressions(s: Session, *, since: float | None = None, host: str | None
                 continue
         out.append(r)
     out.sort(key=lambda r: (-(r.started_at or 0.0), r.host, r.suite, r.cell, r.metric))
-    return out, HistoryStatus(judged, short)
+    return out, HistoryStatus(judged, short, changed=tuple(sorted(changed, key=lambda r: (changed[r], r))))
 
 
 def regressions(s: Session, *, since: float | None = None, host: str | None = None,

@@ -29,6 +29,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from orchestrator.store.fingerprint import fingerprint
+
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention={
@@ -121,6 +123,12 @@ class Run(Base):
                                              cascade="all, delete-orphan")
 
 
+def _step_fingerprint(context: Any) -> str:
+    """The insert default of ``steps.fingerprint``: computed from the row's kind and job text."""
+    row = context.get_current_parameters()
+    return fingerprint(str(row.get("kind") or "measure"), str(row.get("job_text") or ""))
+
+
 class Step(Base):
     __tablename__ = "steps"
     __table_args__ = (UniqueConstraint("run_id", "seq", "round", "host", name="uq_steps_run_id_seq_round_host"),
@@ -137,6 +145,9 @@ class Step(Base):
     note: Mapped[str] = mapped_column(Text, default="")
     workload: Mapped[dict[str, Any] | None] = mapped_column()
     job_text: Mapped[str] = mapped_column(Text)          # as rendered for the run's device
+    # schema 0014: what the step ran, without the device's path (orchestrator.store.fingerprint): a history series
+    # keeps to one fingerprint per cell
+    fingerprint: Mapped[str] = mapped_column(String(16), default=_step_fingerprint, server_default="")
     host: Mapped[str] = mapped_column(String(128), default="")   # a network step's host ("": the run's)
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")

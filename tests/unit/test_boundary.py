@@ -169,11 +169,11 @@ def test_a_history_that_cannot_be_judged_marks_the_run_and_it_is_still_notified(
     ctl, _disp, _clock, db = env
     ctl.notifier = Notifier(files=[tmp_path / "n.jsonl"])
     _ended_run(ctl, db, "r1", scheduled=True)
-    import orchestrator.stats.history as history
+    import orchestrator.runhistory as runhistory
 
-    def broken(s: Session, run_id: str) -> list[Any]:
+    def broken(s: Session, run_id: str) -> Any:
         raise ZeroDivisionError("a series of one")
-    monkeypatch.setattr(history, "regressions_for_run", broken)
+    monkeypatch.setattr(runhistory, "run_history", broken)
     ctl.notify()
     with db() as s:
         run = s.get(Run, "r1")

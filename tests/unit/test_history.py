@@ -36,7 +36,8 @@ Figures = Mapping[str, float | None]      # iops, lat_us, bw (MB/s)
 
 def add_run(s: Session, rid: str, t: float, cells: Mapping[str, Sequence[Figures]], *, host: str = "h1",
             suite: str = "nightly", model: str = "FAST-SSD", firmware: str = "1.0", op_mode: str = "stock",
-            submitted_by: str = "labctl", state: str = "SUCCEEDED", notified: bool = True) -> None:
+            submitted_by: str = "labctl", state: str = "SUCCEEDED", notified: bool = True,
+            job_text: str = "") -> None:
     """One ended run: per cell (a profile name) one measured step per repeat, each with its result."""
     run = Run(id=rid, suite_name=suite, suite_source="x.yaml", suite_text="x", suite_sha256="0" * 64, host=host,
               device="/dev/nvme0n1", devices=["/dev/nvme0n1"], state=state, submitted_at=t - 60, started_at=t,
@@ -50,7 +51,7 @@ def add_run(s: Session, rid: str, t: float, cells: Mapping[str, Sequence[Figures
             cell: dict[str, Any] = {"op_mode": op_mode, "profile": profile}
             if len(repeats) > 1:
                 cell["repeat"] = k
-            s.add(Step(id=sid, run_id=rid, seq=seq, name=f"{profile}#{k}", kind="measure", cell=cell, job_text="",
+            s.add(Step(id=sid, run_id=rid, seq=seq, name=f"{profile}#{k}", kind="measure", cell=cell, job_text=job_text,
                        state="SUCCEEDED", ended_at=t + 10 * seq))
             s.add(Attempt(id=f"{sid}-a1", step_id=sid, number=1, host=host, device="/dev/nvme0n1",
                           state="SUCCEEDED", timeout_s=60))
@@ -248,6 +249,9 @@ def test_a_scheduled_run_that_regressed_is_notified_with_its_regressions(env: An
     (reg,) = regressed["regressions"]
     assert regressed["schedule"] == "nightly" and reg["metric"] == "iops" and reg["change_pct"] < -30
     assert reg["cell_key"] == {"op_mode": "stock", "profile": "4k-randread"} and ids[0] != "last"
+    assert 0.5 < reg["noise_cov_pct"] < 3 and reg["detectable_pct"] == pytest.approx(
+        max(3 * reg["noise_cov_pct"], THRESHOLD_PCT))
+    assert ended["history"] == "1 regression in 1 cell against a history of up to 16 runs"
     ctl.notify()        # marked notified: nothing twice
     assert len(sink.read_text().splitlines()) == 3
 
@@ -374,3 +378,47 @@ def test_the_last_run_rule_band_is_three_standard_deviations() -> None:
     quiet = [100.0, 100.2] * 10
     assert not judge_series(_series([*quiet, 100.0, 100.1 * (1 - THRESHOLD_PCT / 100) + 0.01]))
     assert judge_series(_series([*quiet, 100.0, 100.1 * (1 - THRESHOLD_PCT / 100) - 0.01]))
+
+
+JOB = "[global]\nfilename=/dev/nvme0n1\nioengine={engine}\ndirect=1\nruntime=60\n\n[4k-randread]\nrw=randread\n" \
+      "bs=4k\niodepth={qd}\n"
+
+
+def test_a_suite_edited_under_its_name_starts_a_new_series_and_says_so(env: Any, tmp_path: Path) -> None:
+    # A nightly at libaio QD16 for 20 nights, then edited under the same name to psync QD1: IOPS fell 72%. One
+    # series by the suite's name judged the new runs against the old ones; the fingerprint of what the cells ran
+    # starts a new series, too short to judge, and every place that reads the history says why.
+    from orchestrator.runhistory import run_history
+
+    ctl: Controller = env[0]
+    db: sessionmaker[Session] = env[3]
+    old = store_history(db, noisy(20, 100_000), job_text=JOB.format(engine="libaio", qd=16),
+                        submitted_by="schedule:nightly")
+    new = store_history(db, noisy(3, 28_000, seed=8), prefix="e", t0=T0 + 20 * DAY,
+                        job_text=JOB.format(engine="psync", qd=1), submitted_by="schedule:nightly")
+    with db() as s:
+        regs, status = find_regressions(s)
+        assert regs == [] and status.changed == (new[0],)
+        assert status.message() == f"1 series too short (need 8 runs); the suite changed on {new[0]}: new series, " \
+                                   "history too short"
+        h = run_history(s, new[-1])
+        assert h is not None and h.summary() == f"the suite changed on {new[0]}: new series, history too short " \
+                                                "(3 runs, the detector needs 8)"
+        series = load_series(s)
+        assert sorted((len(x.values), x.changed_from) for x in series) == [(3, new[0]), (20, None)]
+    # the same workload on another device path, or a new device name, stays one series
+    store_history(db, noisy(2, 100_000, seed=9), prefix="d", t0=T0 + 30 * DAY,
+                  job_text=JOB.format(engine="libaio", qd=16).replace("nvme0n1", "nvme3n1"))
+    with db() as s:
+        assert sorted(len(x.values) for x in load_series(s)) == [3, 22]
+    # the notification of the nightly says it too
+    sink = tmp_path / "notify.jsonl"
+    ctl.notifier = Notifier(files=[sink])
+    with db.begin() as s:
+        add_run(s, "e-last", T0 + 40 * DAY, {"4k-randread": [{"iops": 27_500.0}]}, submitted_by="schedule:nightly",
+                notified=False, job_text=JOB.format(engine="psync", qd=1))
+    ctl.notify()
+    (body,) = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert body["regressions"] == [] and body["history"] == (
+        f"the suite changed on {new[0]}: new series, history too short (4 runs, the detector needs 8)")
+    assert old[0] != new[0]

@@ -12,7 +12,7 @@ from alembic import command
 from orchestrator.store.db import alembic_config, make_engine, migrate, schema_drift
 from orchestrator.store.models import Result, Run, Step
 
-HEAD = "0013"
+HEAD = "0014"
 
 # the run list's OP-mode index (0011) is an expression, which autogenerate cannot reflect and says so
 pytestmark = pytest.mark.filterwarnings("ignore:Skipped unsupported reflection of expression-based index")
@@ -174,3 +174,56 @@ def test_0011_adds_tokens_and_run_columns_and_keeps_runs(tmp_path: Path) -> None
     with engine.connect() as c:
         assert "submitted_by" not in {col["name"] for col in sa.inspect(c).get_columns("runs")}
         assert "api_tokens" not in sa.inspect(c).get_table_names()
+
+
+def test_0014_fingerprints_the_steps_stored_before_it(tmp_path: Path) -> None:
+    """Every step stored at 0013 gets the fingerprint of what it ran: the same workload on another device path
+    the same one, another engine another, a step without a job text none; a step added after gets it too."""
+    from orchestrator.store.fingerprint import fingerprint
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'f.sqlite'}")
+    command.upgrade(alembic_config(engine), "0013")
+    job = "[global]\nfilename={dev}\nioengine={engine}\ndirect=1\nruntime=60\n\n[w]\nrw=randread\nbs=4k\n"
+    rows = {"r1-s000": job.format(dev="/dev/nvme0n1", engine="libaio"),
+            "r1-s001": job.format(dev="/dev/nvme1n1", engine="libaio"),
+            "r1-s002": job.format(dev="/dev/nvme0n1", engine="psync"), "r1-s003": ""}
+    with engine.begin() as c:
+        c.execute(sa.text(
+            "INSERT INTO runs (id, suite_name, suite_source, suite_text, suite_sha256, host, device, state, reason,"
+            " priority, submitted_at) VALUES ('r1', 's', 's.yaml', 'suite: s', 'x', 'h1', '/dev/nvme0n1',"
+            " 'SUCCEEDED', '', 0, 1.0)"))
+        for seq, (sid, text) in enumerate(rows.items()):
+            c.execute(sa.text(
+                "INSERT INTO steps (id, run_id, seq, name, job_text, state, reason, kind, cell, note, round, host)"
+                " VALUES (:id, 'r1', :seq, 'w', :t, 'SUCCEEDED', '', 'measure', '{}', '', 0, '')"),
+                {"id": sid, "seq": seq, "t": text})
+    migrate(engine)
+    with sa.orm.Session(engine) as s:
+        got = {st.id: st.fingerprint for st in s.scalars(sa.select(Step))}
+        assert got["r1-s000"] == got["r1-s001"] == fingerprint("measure", rows["r1-s000"]) != ""
+        assert got["r1-s002"] not in ("", got["r1-s000"]) and got["r1-s003"] == ""
+        s.add(Step(id="r1-s004", run_id="r1", seq=4, kind="measure", name="w", cell={}, note="", workload=None,
+                   job_text=rows["r1-s002"], state="PENDING", reason=""))
+        s.commit()
+        assert s.get(Step, "r1-s004").fingerprint == got["r1-s002"]  # type: ignore[union-attr]
+    with engine.connect() as c:
+        assert schema_drift(c) == []
+    command.downgrade(alembic_config(engine), "0013")
+    with engine.connect() as c:
+        assert "fingerprint" not in {col["name"] for col in sa.inspect(c).get_columns("steps")}
+
+
+def test_a_fingerprint_is_the_workload_not_where_it_went_or_how_it_was_reported() -> None:
+    from labcontract.fiojob import render_job
+    from labcontract.suite import load_suite
+    from orchestrator.planner import plan
+    from orchestrator.store.fingerprint import fingerprint
+
+    w = next(st.workload for st in plan(load_suite("demo"), ["/dev/nvme0n1"]) if st.workload is not None)
+    one = render_job(w, "/dev/nvme0n1")
+    assert fingerprint("measure", one) == fingerprint("measure", render_job(w, "/dev/sdb"))
+    assert fingerprint("measure", one) == fingerprint(
+        "measure", one.replace("percentile_list=", "percentile_list=99.999:").replace("group_reporting=1\n", ""))
+    assert fingerprint("measure", one) != fingerprint("measure", one.replace("direct=1", "direct=0"))
+    assert fingerprint("measure", one) != fingerprint("precondition", one)
+    assert fingerprint("measure", "") == ""

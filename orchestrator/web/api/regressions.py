@@ -64,6 +64,8 @@ class RegressionOut(BaseModel):
     acknowledged: bool
     ack_reason: str | None
     rule: str               # "change" (a change point) or "last" (the latest runs against their history)
+    noise_cov_pct: float | None = None    # the series' CoV over the history its last run is judged against
+    detectable_pct: float | None = None   # the smallest one-run change that history can tell from noise
     started_at: float | None
 
 
@@ -72,6 +74,7 @@ class RegressionList(BaseModel):
     series: int             # series judged
     too_short: int          # series shorter than the detector needs
     need: int               # runs a series needs
+    changed: list[str] = []  # runs where a suite changed under its name: their new series are too short
 
 
 class AckBody(Closed):
@@ -92,7 +95,7 @@ def list_regressions(request: Request,
     with history_slot(), store(request) as s:
         regs, status = find_regressions(s, since=after, host=host, include_acknowledged=all)
     return {"regressions": [r.as_dict() for r in regs], "series": status.series, "too_short": status.too_short,
-            "need": status.need}
+            "need": status.need, "changed": list(status.changed)}
 
 
 @route(router, "POST", "/regressions/{regression_id}/ack", "engineer", response_model=CommandDone)
