@@ -45,6 +45,7 @@ __all__ = [
     "PERCENTILE_KEYS",
     "PERCENTILE_POINTS",
     "Combined",
+    "CpuStats",
     "DirectionStats",
     "LatencyStats",
     "StepMetrics",
@@ -133,6 +134,15 @@ class Combined(_Model):
         return _check_percentile_keys(value)
 
 
+class CpuStats(_Model):
+    """The CPU fio's own processes used over the step (``usr_cpu`` / ``sys_cpu`` of its job entries), in % of one
+    CPU (several jobs can use more than 100%), and per completed I/O: the host CPU a host-driven card costs."""
+
+    usr_pct: float = Field(ge=0, le=1e6)
+    sys_pct: float = Field(ge=0, le=1e6)
+    us_per_io: float | None = Field(default=None, ge=0)   # CPU µs (user + system) per I/O; None without I/O
+
+
 class StepMetrics(_Model):
     """Everything the controller keeps from one fio run (one workload step)."""
 
@@ -143,6 +153,7 @@ class StepMetrics(_Model):
     write: DirectionStats
     combined: Combined
     errors: int
+    cpu: CpuStats | None = None   # None from results stored before it was read, or fio output without it
 
 
 # --------------------------------------------------------------------------- pure math
@@ -470,11 +481,13 @@ def _step_metrics(r: _Reader, version: str, entries: Sequence[tuple[int, Any]]) 
     """Merge the given ``(index in jobs, job entry)`` pairs into one :class:`StepMetrics`."""
     read, write = _DirAcc(), _DirAcc()
     errors = 0
+    cpu_s: list[float] | None = [0.0, 0.0]   # user and system CPU seconds over every job entry
     for i, job in entries:
         where = f"jobs[{i}]"
         if not isinstance(job, dict):
             raise r.fail(f"{where}: not an object")
         errors += r.int_(job, "error", where)
+        cpu_s = _cpu_seconds(r, job, where, cpu_s)
         if "read" not in job and "mixed" in job:
             raise r.fail(f"{where}: unified_rw_reporting=mixed output has no read/write split")
         _read_direction(r, job, "read", where, read)
@@ -494,15 +507,34 @@ def _step_metrics(r: _Reader, version: str, entries: Sequence[tuple[int, Any]]) 
         lat_stddev_ns=stddev if n else None,
         percentiles_ns=_merged_percentiles(both),
     )
+    runtime_ms = max(read_stats.runtime_ms, write_stats.runtime_ms)
+    cpu = None
+    if cpu_s is not None and runtime_ms > 0:
+        cpu = CpuStats(usr_pct=cpu_s[0] / (runtime_ms / 1000) * 100, sys_pct=cpu_s[1] / (runtime_ms / 1000) * 100,
+                       us_per_io=(cpu_s[0] + cpu_s[1]) * 1e6 / combined.ios if combined.ios else None)
     return StepMetrics(
         fio_version=version,
         jobs=len(entries),
-        runtime_ms=max(read_stats.runtime_ms, write_stats.runtime_ms),
+        runtime_ms=runtime_ms,
         read=read_stats,
         write=write_stats,
         combined=combined,
         errors=errors,
+        cpu=cpu,
     )
+
+
+def _cpu_seconds(r: _Reader, job: Mapping[str, Any], where: str, acc: list[float] | None) -> list[float] | None:
+    """Add a job entry's CPU seconds (``usr_cpu`` / ``sys_cpu`` are % of one CPU over the entry's runtime) to
+    ``acc``; None once an entry lacks them (the step then has no CPU figure rather than a partial one)."""
+    if acc is None or "usr_cpu" not in job or "sys_cpu" not in job:
+        return None
+    usr, sys_ = r.num(job, "usr_cpu", where), r.num(job, "sys_cpu", where)
+    if not (0 <= usr <= 1e6 and 0 <= sys_ <= 1e6):
+        raise r.fail(f"{where}: usr_cpu / sys_cpu out of range ({usr!r}, {sys_!r})")
+    ms = max((d.get("runtime", 0) for d in (job.get("read"), job.get("write")) if isinstance(d, dict)), default=0)
+    seconds = (ms if isinstance(ms, int | float) and not isinstance(ms, bool) else 0) / 1000
+    return [acc[0] + usr / 100 * seconds, acc[1] + sys_ / 100 * seconds]
 
 
 #: A merged total-latency histogram: ``{"read": [[ns, count], ...], "write": [...]}``, ascending, counts > 0.

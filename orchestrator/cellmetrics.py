@@ -35,7 +35,10 @@ class Entry:
 
 STORAGE_METRICS = (Metric("iops", "IOPS", "{:,.0f}"), Metric("mb_s", "MB/s", "{:,.1f}"),
                    Metric("lat_mean_us", "avg lat µs", "{:,.1f}"), Metric("lat_max_us", "max lat µs", "{:,.1f}"),
-                   Metric("lat_stddev_us", "lat stddev µs", "{:,.1f}"))
+                   Metric("lat_stddev_us", "lat stddev µs", "{:,.1f}"),
+                   # fio's own CPU over the step, in % of one CPU, and CPU µs per I/O (StepMetrics.cpu)
+                   Metric("cpu_usr_pct", "usr CPU %", "{:,.1f}"), Metric("cpu_sys_pct", "sys CPU %", "{:,.1f}"),
+                   Metric("cpu_us_per_io", "CPU µs/IO", "{:,.2f}"))
 APP_METRICS = (Metric("tps", "TPS", "{:,.1f}"), Metric("qps", "QPS", "{:,.1f}"),
                Metric("lat_avg_ms", "avg lat ms", "{:,.2f}"), Metric("lat_p95_ms", "p95 lat ms", "{:,.2f}"),
                Metric("lat_p99_ms", "p99 lat ms", "{:,.2f}"), Metric("errors", "errors", "{:,.0f}", diff=False),
@@ -52,9 +55,18 @@ def _us(ns: float | None) -> float | None:
 def storage_values(res: Result | None) -> dict[str, float | None]:
     if res is None:
         return {m.name: None for m in STORAGE_METRICS}
+    cpu = (res.metrics or {}).get("cpu") if isinstance(res.metrics, dict) else None
+    cpu = cpu if isinstance(cpu, dict) else {}
     return {"iops": res.iops, "mb_s": None if res.bw_bytes is None else res.bw_bytes / 1e6,
             "lat_mean_us": _us(res.lat_mean_ns),
-            "lat_max_us": _us(res.lat_max_ns), "lat_stddev_us": _us(res.lat_stddev_ns)}
+            "lat_max_us": _us(res.lat_max_ns), "lat_stddev_us": _us(res.lat_stddev_ns),
+            "cpu_usr_pct": _number(cpu.get("usr_pct")), "cpu_sys_pct": _number(cpu.get("sys_pct")),
+            "cpu_us_per_io": _number(cpu.get("us_per_io"))}
+
+
+def _number(v: object) -> float | None:
+    """A stored figure, or None for a missing or malformed one (results stored before fio's CPU was read)."""
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def app_values(res: Result | None) -> dict[str, float | None]:

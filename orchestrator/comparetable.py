@@ -151,7 +151,8 @@ def print_table(console: Console, c: Comparison) -> None:
     console.out("\n".join(grid(heads, widths, lines, left={0, len(heads) - 1})), highlight=False)
     left_out = [m.title for m in c.metrics if m not in metrics]
     if left_out:
-        console.print(f"not shown at this width: {', '.join(left_out)} (a wider terminal, or --format json|csv)",
+        console.print("\n".join(textwrap.wrap(f"not shown at this width: {', '.join(left_out)} (a wider terminal, "
+                                               "or --format json|csv)", max(console.width, 40))),
                       highlight=False, soft_wrap=True, markup=False)
 
 

@@ -19,7 +19,7 @@ from orchestrator.store.models import Result, Step
 Value = str | int | float | bool | None
 WORKLOAD_DIMS = ("rw", "bs", "numjobs", "iodepth", "rwmixread", "percentage_random")
 FIGURES = ("read_iops", "write_iops", "iops", "read_mb_s", "write_mb_s", "mb_s", "lat_mean_us", "lat_max_us",
-           "lat_stddev_us", "lat_p99_us")
+           "lat_stddev_us", "lat_p99_us", "cpu_usr_pct", "cpu_sys_pct", "cpu_us_per_io")
 DEVICE_FACTS = ("device_model", "device_serial", "device_firmware")
 STEP_HEAD = ("run", "suite", "host", "devices", "step", "kind", "round", "repeat", "cell", "dims", "op_mode",
              "profile")
@@ -86,7 +86,14 @@ def _metrics_figures(m: Mapping[str, Any]) -> dict[str, Value]:
             "read_mb_s": _mb(r.get("bw_bytes")), "write_mb_s": _mb(w.get("bw_bytes")), "mb_s": _mb(c.get("bw_bytes")),
             "lat_mean_us": _us(c.get("lat_mean_ns")), "lat_max_us": _us(c.get("lat_max_ns")),
             "lat_stddev_us": _us(c.get("lat_stddev_ns")),
-            "lat_p99_us": _us((c.get("percentiles_ns") or {}).get("p99"))}
+            "lat_p99_us": _us((c.get("percentiles_ns") or {}).get("p99")), **_cpu(m)}
+
+
+def _cpu(m: Mapping[str, Any] | None) -> dict[str, Value]:
+    """fio's CPU over the step (StepMetrics.cpu): empty for results stored before it was read."""
+    cpu = (m or {}).get("cpu") if isinstance(m, Mapping) else None
+    cpu = cpu if isinstance(cpu, Mapping) else {}
+    return {"cpu_usr_pct": cpu.get("usr_pct"), "cpu_sys_pct": cpu.get("sys_pct"), "cpu_us_per_io": cpu.get("us_per_io")}
 
 
 def _measured(d: RunDetail) -> Iterator[tuple[Step, Result]]:
@@ -109,7 +116,7 @@ def result_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
                "read_iops": res.read_iops, "write_iops": res.write_iops, "iops": res.iops,
                "read_mb_s": _mb(res.read_bw_bytes), "write_mb_s": _mb(res.write_bw_bytes), "mb_s": _mb(res.bw_bytes),
                "lat_mean_us": _us(res.lat_mean_ns), "lat_max_us": _us(res.lat_max_ns),
-               "lat_stddev_us": _us(res.lat_stddev_ns), "lat_p99_us": _us(res.lat_p99_ns),
+               "lat_stddev_us": _us(res.lat_stddev_ns), "lat_p99_us": _us(res.lat_p99_ns), **_cpu(res.metrics),
                "runtime_s": res.runtime_ms / 1000, "fio_version": res.fio_version or None,
                **{f: _joined([dv.get(f.removeprefix("device_")) for dv in devs]) for f in DEVICE_FACTS}}
 

@@ -185,7 +185,8 @@ def test_three_runs_each_against_the_first_and_unmatched_cells_last(db: sessionm
     doc = json.loads(as_json(c))
     assert [r["id"] for r in doc["runs"]] == ["r1", "r2", "r3"] and doc["format_version"] == 1
     assert doc["cells"][0]["runs"][2]["vs_first_pct"]["iops"] == pytest.approx(10.0)
-    none = {"iops": None, "mb_s": None, "lat_mean_us": None, "lat_max_us": None, "lat_stddev_us": None}
+    none = {"iops": None, "mb_s": None, "lat_mean_us": None, "lat_max_us": None, "lat_stddev_us": None,
+            "cpu_usr_pct": None, "cpu_sys_pct": None, "cpu_us_per_io": None}
     assert doc["cells"][1]["runs"][0] == {"run": "r1", "step": None, "op_mode": None, **none,
                                           "vs_first_pct": none, "repeats": 0, "steps": [], "stats": none,
                                           "verdicts": none}
@@ -207,6 +208,9 @@ def test_op_mode_is_matched_when_a_run_holds_several(db: sessionmaker[Session]) 
     assert "cells matched by profile and swept values and OP mode" in printed(c)
 
 
+STORAGE = ("iops", "mb_s", "lat_mean_us", "lat_max_us", "lat_stddev_us", "cpu_usr_pct", "cpu_sys_pct", "cpu_us_per_io")
+
+
 def test_csv_is_long_format_with_documented_columns_and_empty_missing_values(db: sessionmaker[Session]) -> None:
     with db() as s:
         add_run(s, "ra", [(c4k(100), figures(1000.0)), (c4k(0), None)], state="RUNNING")
@@ -215,10 +219,9 @@ def test_csv_is_long_format_with_documented_columns_and_empty_missing_values(db:
     text = as_csv(c)
     rows = list(csv.DictReader(io.StringIO(text)))
     assert list(rows[0]) == csv_columns(c) == [
-        "cell", "run_ref", "run", "suite", "state", "partial", "step", "op_mode", "iops", "mb_s", "lat_mean_us",
-        "lat_max_us", "lat_stddev_us", "iops_vs_first_pct", "mb_s_vs_first_pct", "lat_mean_us_vs_first_pct",
-        "lat_max_us_vs_first_pct", "lat_stddev_us_vs_first_pct", "repeats",
-        *(f"{m}_{f}" for m in ("iops", "mb_s", "lat_mean_us", "lat_max_us", "lat_stddev_us")
+        "cell", "run_ref", "run", "suite", "state", "partial", "step", "op_mode", *STORAGE,
+        *(f"{m}_vs_first_pct" for m in STORAGE), "repeats",
+        *(f"{m}_{f}" for m in STORAGE
           for f in ("n", "ci_low", "ci_high", "cov_pct", "note", "verdict", "test", "p", "effect_size",
                     "diff_ci_low_pct", "diff_ci_high_pct"))]
     assert [(r["run"], r["partial"]) for r in rows] == [("ra", "true"), ("rb", "false")] * 2

@@ -496,3 +496,31 @@ def test_latency_bins_none_without_histogram_and_errors_name_the_source() -> Non
     doc["jobs"][0]["read"]["lat_ns"]["bins"] = {"x": 1}
     with pytest.raises(FioError, match=r"g\.json.*jobs\[0\]\.read\.lat_ns\.bins: bin value 'x'"):
         latency_bins(json.dumps(doc), source="g.json")
+
+
+# --------------------------------------------------------------------------- fio's CPU (issue 26)
+
+
+def test_fios_cpu_is_kept_per_step_and_per_io(fio_json: dict[str, dict[str, Any]],
+                                              parsed: dict[str, StepMetrics]) -> None:
+    # Reviews of host-driven cards print the host CPU an I/O costs; fio reports usr_cpu / sys_cpu per job entry
+    # (% of one CPU over the entry's runtime): added up as CPU seconds over the step.
+    for name, doc in fio_json.items():
+        m = parsed[name]
+        assert m.cpu is not None, name
+        usr = sum(j["usr_cpu"] / 100 * max(j["read"]["runtime"], j["write"]["runtime"]) / 1000 for j in doc["jobs"])
+        sys_ = sum(j["sys_cpu"] / 100 * max(j["read"]["runtime"], j["write"]["runtime"]) / 1000 for j in doc["jobs"])
+        assert m.cpu.usr_pct == pytest.approx(usr / (m.runtime_ms / 1000) * 100, rel=1e-9)
+        assert m.cpu.sys_pct == pytest.approx(sys_ / (m.runtime_ms / 1000) * 100, rel=1e-9)
+        assert m.cpu.usr_pct + m.cpu.sys_pct > 0
+        assert m.cpu.us_per_io == pytest.approx((usr + sys_) * 1e6 / m.combined.ios, rel=1e-9)
+
+
+def test_output_without_cpu_figures_has_none_and_absurd_ones_are_refused(fio_json: dict[str, dict[str, Any]]) -> None:
+    doc = copy.deepcopy(fio_json["randread"])
+    del doc["jobs"][0]["usr_cpu"]
+    assert parse_fio_output(json.dumps(doc)).cpu is None
+    doc = copy.deepcopy(fio_json["randread"])
+    doc["jobs"][0]["sys_cpu"] = -1.0
+    with pytest.raises(FioError, match="sys_cpu out of range"):
+        parse_fio_output(json.dumps(doc))
