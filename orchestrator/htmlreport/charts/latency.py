@@ -46,8 +46,11 @@ from orchestrator.store.models import Result, Step
 
 MAX_LINES = 8
 MIN_FRACTION = 1e-6
-POINTS = (50.0, 90.0, 99.0, 99.9, 99.99)
-HEADERS = ["p50", "p90", "p99", "p99.9", "p99.99", "max"]
+POINTS = (50.0, 90.0, 99.0, 99.9, 99.99, 99.999)
+HEADERS = ["p50", "p90", "p99", "p99.9", "p99.99", "p99.999", "max"]
+# a percentile is shown only when the histogram holds enough I/Os for it: at least 10 beyond it (p99.999: 1,000,000
+# I/Os); below that it would be the largest few samples, which "max" already says
+BEYOND = 10
 Bins = dict[int, int]
 
 
@@ -85,11 +88,14 @@ def exceedance(bins: Bins) -> tuple[list[float], list[float]]:
 
 
 def stats(bins: Bins) -> list[float | None]:
-    """p50 … p99.99 and the largest bin (ns), by fio's percentile rule."""
+    """p50 … p99.999 and the largest bin (ns), by fio's percentile rule; a percentile the histogram has fewer than
+    :data:`BEYOND` I/Os beyond is None (shown as "-")."""
     if not bins:
         return [None] * len(HEADERS)
+    total = sum(bins.values())
     p = percentiles_from_bins(bins, POINTS)
-    return [*(p.get(f"p{x:g}") for x in POINTS), float(max(bins))]
+    return [*(p.get(f"p{x:g}") if total * (100.0 - x) / 100.0 >= BEYOND else None for x in POINTS),
+            float(max(bins))]
 
 
 @dataclass(frozen=True)
