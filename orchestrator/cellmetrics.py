@@ -9,28 +9,15 @@ which never holds the ``repeat`` number: the repeats of a cell are entries with 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from orchestrator.cellbase import Entry, Metric
 from orchestrator.cells import CellKey, cell_key
+from orchestrator.netreport import net_entries
 from orchestrator.queries import RunDetail, app_metrics, is_app_run
 from orchestrator.store.models import Result
 
-
-@dataclass(frozen=True)
-class Metric:
-    name: str          # JSON / CSV field
-    title: str         # table heading
-    fmt: str           # how the table prints it
-    diff: bool = True  # gets a difference to the first run
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One run's figures for one cell (one repeat of it)."""
-
-    step: str | None                  # the step (or network group) name in that run; None: the run lacks the cell
-    op_mode: str | None
-    values: dict[str, float | None]   # metric name -> value; None when not measured (yet)
+__all__ = ["APP_METRICS", "HEADLINE", "STORAGE_METRICS", "Entry", "Metric", "app_values", "cell_entries",
+           "metrics_of", "run_kind", "storage_values"]
 
 
 STORAGE_METRICS = (Metric("iops", "IOPS", "{:,.0f}"), Metric("mb_s", "MB/s", "{:,.1f}"),
@@ -84,8 +71,6 @@ def cell_entries(d: RunDetail, with_op_mode: bool = False) -> Iterator[tuple[Cel
     groups (a cell planned but not measured yet comes once, with no figures)."""
     kind = run_kind(d)
     if kind == "net":
-        from orchestrator.netreport import net_entries
-
         yield from net_entries(d, with_op_mode)
         return
     for st in d.steps:

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
 from sqlalchemy.orm import Session
 
 from labcontract.errors import CompareError, InputError
@@ -170,13 +169,6 @@ def compare_runs(s: Session, refs: Sequence[str]) -> Comparison:
     if len(refs) < 2:
         raise CompareError(f"compare needs at least 2 runs, got {len(refs)}")
     return compare_details([run_detail(s, ref, light=True) for ref in refs])
-
-
-def print_comparison(console: Console, c: Comparison) -> None:
-    """The terminal table (:func:`orchestrator.comparetable.print_table`)."""
-    from orchestrator.comparetable import print_table
-
-    print_table(console, c)
 
 
 # --- JSON and CSV -------------------------------------------------------------------------------------

@@ -5,18 +5,16 @@ side by side with."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.cellbase import Entry, Metric
 from orchestrator.cells import CellKey
 from orchestrator.cells import cell_key as identity
 from orchestrator.queries import RunDetail
 from orchestrator.store.models import NetGroup
-
-if TYPE_CHECKING:
-    from orchestrator.cellmetrics import Entry, Metric
 
 
 def _g(x: float | None) -> str:
@@ -121,8 +119,6 @@ def print_net_run(console: Console, detail: RunDetail) -> None:
 def net_metrics(details: Sequence[RunDetail]) -> list[Metric]:
     """What a network comparison shows: total Gbps at the initiators (compared to the first run), at the
     target, IOPS, then each initiator path's Gbps (``host.path``, as the groups name them)."""
-    from orchestrator.cellmetrics import Metric
-
     paths = _initiator_paths([g for d in details for g in d.net_groups])
     return [Metric("gbps", "Gbps", "{:.3f}"), Metric("target_gbps", "target Gbps", "{:.3f}"),
             Metric("iops", "IOPS", "{:,.0f}"),
@@ -138,8 +134,6 @@ def _identity(cell: dict[str, Any], with_op_mode: bool) -> CellKey:
 def net_entries(detail: RunDetail, with_op_mode: bool = False) -> Iterator[tuple[CellKey, Entry]]:
     """A network run's measured groups (each repeat) as (cell key, entry) with their window figures, then a
     cell planned but not measured yet with no figures, so a partial run shows what it lacks."""
-    from orchestrator.cellmetrics import Entry
-
     seen: set[CellKey] = set()
     for g in detail.net_groups:
         t = g.total
@@ -154,19 +148,3 @@ def net_entries(detail: RunDetail, with_op_mode: bool = False) -> Iterator[tuple
         if st.kind == "net" and st.cell.get("role") == "initiator" and key not in seen:
             seen.add(key)
             yield key, Entry(st.name.rsplit("@", 1)[0], str(st.cell.get("op_mode", "stock")), {})
-
-
-def net_cells(detail: RunDetail, with_op_mode: bool = False) -> dict[CellKey, Entry]:
-    """A network run's cells (orchestrator.cells keys: profile, MTU, path mode): the first measured group of
-    each (see :func:`net_entries`)."""
-    cells: dict[CellKey, Entry] = {}
-    for key, entry in net_entries(detail, with_op_mode):
-        cells.setdefault(key, entry)
-    return cells
-
-
-def print_net_comparison(console: Console, details: Sequence[RunDetail]) -> None:
-    """Network runs cell by cell (profile, MTU, path mode): total and per-path Gbps, each run against the first."""
-    from orchestrator.compare import compare_details, print_comparison
-
-    print_comparison(console, compare_details(details))

@@ -67,7 +67,8 @@ def compare(
     Mann-Whitney U when both runs have 2+ repeats; docs/statistics.md "Compare"). An unknown run, fewer than
     2 runs or runs with no cell in common exit with code 2."""
     from labcontract.errors import CompareError
-    from orchestrator.compare import FORMATS, compare_runs, print_comparison
+    from orchestrator.compare import FORMATS, compare_runs
+    from orchestrator.comparetable import print_table as print_comparison
 
     if format not in ("table", *FORMATS):
         raise CompareError(f"--format: unknown format {format!r} (choose from table, {', '.join(FORMATS)})")

@@ -294,7 +294,8 @@ def test_finding8_a_network_run_names_each_initiator_once_and_counts_them_agains
 def test_finding5_non_finite_or_huge_stored_figures_degrade_every_summary() -> None:
     from rich.console import Console
 
-    from orchestrator.compare import as_csv, as_json, compare_details, print_comparison
+    from orchestrator.compare import as_csv, as_json, compare_details
+    from orchestrator.comparetable import print_table as print_comparison
     from orchestrator.export.tables import cell_rows
     from orchestrator.report import repeats_table
     from orchestrator.stats.samples import run_samples, summary_rows

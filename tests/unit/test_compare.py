@@ -17,7 +17,8 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.errors import CompareError, StoreError
-from orchestrator.compare import as_csv, as_json, compare_runs, csv_columns, print_comparison
+from orchestrator.compare import as_csv, as_json, compare_runs, csv_columns
+from orchestrator.comparetable import print_table as print_comparison
 from orchestrator.store.models import Attempt, Base, NetGroup, Result, Run, Step
 
 # --- a store with runs, shared with test_export and test_cli ----------------------------------------

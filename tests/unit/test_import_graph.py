@@ -9,7 +9,8 @@ far: the web app and its pages (the CSP, now ``orchestrator.web.headers``), the 
 export formats and their loader (``orchestrator/export/base.py``), the controller's step kinds and theirs
 (``orchestrator/kinds/base.py``), the controller's intake and the controller (the intake types what it uses
 of it: ``orchestrator.controller.intake.Applier``), the agent's platforms and their picker
-(``agents/platform/base.py``)."""
+(``agents/platform/base.py``), the read model and its printing (a metric and an entry in ``orchestrator/cellbase.py``;
+compare's terminal table only in ``orchestrator/comparetable.py``; network comparisons' dead printer gone)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,6 @@ KNOWN: tuple[frozenset[str], ...] = (
                "agents.live", "agents.runner"}),
     # the application part of a suite and the suite validate each other
     frozenset({"labcontract.appsuite", "labcontract.suite"}),
-    # the read model and its printing
-    frozenset({"orchestrator.cellmetrics", "orchestrator.compare", "orchestrator.comparetable",
-               "orchestrator.netreport", "orchestrator.stats.samples"}),
 )
 
 

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from labcontract.errors import CompareError
 from orchestrator import compare
+from orchestrator.comparetable import print_table
 from orchestrator.export import export
 from orchestrator.queries import RunDetail
 from orchestrator.report import app_rows, print_run, write_markdown
@@ -98,7 +99,7 @@ def test_compare_matches_points_across_stock_and_hp() -> None:
     assert doc["kind"] == "application" and doc["cells"][2]["runs"][1]["vs_first_pct"]["tps"] == pytest.approx(50.0)
     assert "tps_vs_first_pct" in compare.as_csv(c).splitlines()[0]
     console = Console(record=True, width=250)
-    compare.print_comparison(console, c)
+    print_table(console, c)
     assert "test and threads / clients" in console.export_text()
 
 
