@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from labcontract.apps import APP_KINDS, AppStart, ExternalParams, PgbenchParams, SysbenchParams
 from labcontract.errors import Problem, SuiteError
-from labcontract.suite import _OP_MODE, Retry, problems_from
+from labcontract.suitebase import Retry, check_op_modes, problems_from
 from labcontract.units import parse_duration
 
 AppParams = SysbenchParams | PgbenchParams | ExternalParams
@@ -67,12 +67,7 @@ class AppSuiteDocument(BaseModel):
     @field_validator("op_modes")
     @classmethod
     def _op_modes(cls, v: list[str]) -> list[str]:
-        bad = [m for m in v if not _OP_MODE.match(str(m)) or (m.startswith("hp:") and not 1 <= int(m[3:]) <= 90)]
-        if bad:
-            raise ValueError(f"{bad} not OP modes (use stock or hp:<percent overprovisioned, 1-90>)")
-        if len(set(v)) != len(v):
-            raise ValueError("an OP mode is listed twice")
-        return v
+        return check_op_modes(v)
 
     @field_validator("external")
     @classmethod

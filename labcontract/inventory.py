@@ -39,7 +39,7 @@ from labcontract.inventory_models import (
     Nic,
 )
 from labcontract.inventory_values import HOST_NAME
-from labcontract.suite import problems_from
+from labcontract.suitebase import problems_from
 
 __all__ = ["KNOWN_GROUPS", "OP_METHODS", "PURGE_METHODS", "WINDOWS_GROUP", "Agent", "Dut", "Host", "HostVars",
            "Inventory", "Nic", "load_inventory"]

@@ -47,7 +47,16 @@ from pydantic import (
 )
 
 from labcontract.apps import APP_KINDS, ExternalParams, PgbenchParams, SysbenchParams
+from labcontract.appsuite import (
+    MIN_FS_BYTES,
+    count_app_steps,
+    ladder,
+    override_app_problems,
+    validate_document,
+    with_app_overrides,
+)
 from labcontract.errors import Problem, SuiteError
+from labcontract.suitebase import Retry, check_op_modes, problems_from
 from labcontract.suitebounds import load_yaml, raw_cell_count
 from labcontract.units import format_size, parse_duration, parse_size
 
@@ -79,7 +88,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 WORKLOAD_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.%-]{0,199}$"
 # a resolved footprint: a percentage (at most 9 decimals) or a whole number of bytes, nothing else
 _WORKLOAD_FOOTPRINT = re.compile(r"^(?:(\d{1,3}(?:\.\d{1,9})?)%|(\d{1,16}))\Z")   # \Z: no final newline
-_OP_MODE = re.compile(r"^(stock|hp:(\d{1,2}))\Z")
 
 
 def _size(v: object) -> int:
@@ -235,23 +243,6 @@ class Phases(BaseModel):
                                    # before and after (playbooks/facts.yml); needs a controller --inventory
 
 
-RetryCause = Literal["lost", "timeout", "error"]
-
-
-class Retry(BaseModel):
-    """Retry policy for the suite's steps (all idempotent: purge, precondition rounds, measurements).
-
-    ``lost``: the host went silent mid-step (the orphaned fio is stopped first, never run twice);
-    ``timeout``: the step overran its deadline and was stopped; ``error``: fio exited non-zero.
-    A refused or cancelled step is never retried."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_attempts: Annotated[int, Field(ge=1, le=10)] = 2
-    when: tuple[RetryCause, ...] = ("lost", "timeout")
-    repurge: bool = False          # purge the devices again before retrying a precondition or measurement
-
-
 NetTool = Literal["fio", "iscsi"]
 PathMode = Literal["single", "multi"]
 NET_MTUS = (1500, 9000)
@@ -308,12 +299,7 @@ class SuiteDocument(BaseModel):
     @field_validator("op_modes")
     @classmethod
     def _op_modes(cls, v: list[str]) -> list[str]:
-        bad = [m for m in v if not _OP_MODE.match(str(m)) or (m.startswith("hp:") and not 1 <= int(m[3:]) <= 90)]
-        if bad:
-            raise ValueError(f"{bad} not OP modes (use stock or hp:<percent overprovisioned, 1-90>)")
-        if len(set(v)) != len(v):
-            raise ValueError("an OP mode is listed twice")
-        return v
+        return check_op_modes(v)
 
 
 class Cell(BaseModel):
@@ -386,50 +372,6 @@ def cell_name(profile: str, dims: dict[str, Any], op_mode: str, n_op_modes: int)
         parts.append(f"{abbr.get(k, k + '-')}{value}")
     name = ".".join(parts)
     return f"{op_mode.replace(':', '')}.{name}" if n_op_modes > 1 else name
-
-
-def _loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part.startswith(("function-", "constrained-")) or "[" in part:
-            continue  # pydantic's internal validator names
-        else:
-            out += f".{part}" if out else part
-    return out
-
-
-def _message(err: dict[str, Any]) -> str:
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        return "unknown key"
-    if kind == "missing":
-        return "required key is missing"
-    if kind == "literal_error":
-        return f"{err['input']!r} is not one of {err['ctx']['expected']}"
-    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
-        bound = {"greater_than_equal": ">=", "less_than_equal": "<=",
-                 "greater_than": ">", "less_than": "<"}[kind]
-        limit = next(iter(err["ctx"].values()))
-        return f"{err['input']!r} is out of range (must be {bound} {limit})"
-    if kind == "value_error":
-        return str(err["ctx"]["error"])
-    if kind == "string_pattern_mismatch":
-        return f"{err['input']!r} is not a valid name (letters, digits, '.', '_', '-'; at most 64)"
-    if kind == "too_short":
-        return "must not be empty"
-    return f"{err['msg'].lower()} (got {err['input']!r})"
-
-
-def problems_from(exc: ValidationError, prefix: str = "") -> list[Problem]:
-    problems = []
-    for err in exc.errors():
-        where = _loc(err["loc"])
-        if prefix:
-            where = f"{prefix}.{where}" if where and not where.startswith("[") else prefix + where
-        problems.append(Problem(where, _message(dict(err))))
-    return problems
 
 
 def _dedupe(problems: list[Problem]) -> list[Problem]:
@@ -677,8 +619,6 @@ def parse_suite(text: str, source: str) -> Suite:
 
 
 def _parse_app_suite(data: dict[str, Any], text: str, source: str) -> Suite:
-    from labcontract.appsuite import validate_document
-
     doc = validate_document(data, source)
     return Suite(name=doc.suite, description=doc.description, devices=doc.devices, op_modes=tuple(doc.op_modes),
                  cell_limit=doc.cell_limit, phases=Phases(purge=doc.phases.purge, provision=doc.phases.provision),
@@ -689,8 +629,6 @@ def _parse_app_suite(data: dict[str, Any], text: str, source: str) -> Suite:
 def steps_of(suite: Suite) -> int:
     """The steps ``suite`` plans to (any kind): what ``suite validate`` and ``cell_limit`` count."""
     if suite.app is not None:
-        from labcontract.appsuite import count_app_steps
-
         return count_app_steps(suite.kind, suite.app, len(suite.op_modes), suite.phases.purge,
                                suite.phases.provision, suite.repeat)
     return count_steps(list(suite.cells), suite.phases, suite.network, suite.repeat)
@@ -699,8 +637,6 @@ def steps_of(suite: Suite) -> int:
 def measured_points(suite: Suite) -> int:
     """Measured cells of a storage suite; an application suite's points (ladder x OP modes)."""
     if suite.app is not None:
-        from labcontract.appsuite import ladder
-
         return len(ladder(suite.app)) * len(suite.op_modes)
     return len(suite.cells)
 
@@ -788,8 +724,6 @@ def with_overrides(suite: Suite, *, runtime: int | None = None, scale: float | N
     if runtime is None and scale is None:
         return suite
     if suite.app is not None:
-        from labcontract.appsuite import with_app_overrides
-
         return suite.model_copy(update={"app": with_app_overrides(suite.app, runtime, scale)})
 
     def scaled(seconds: int, minimum: int = 1) -> int:
@@ -815,8 +749,6 @@ def capacity_problems(suite: Suite, size_bytes: int, device: str) -> list[Proble
     if size_bytes <= 0:
         return []
     if suite.app is not None:
-        from labcontract.appsuite import MIN_FS_BYTES
-
         small = [m for m in suite.op_modes
                  if size_bytes * (100 - (int(m[3:]) if m.startswith("hp:") else 0)) // 100 < MIN_FS_BYTES]
         return [Problem("op_modes", f"{device} ({size_bytes} bytes) leaves less than {format_size(MIN_FS_BYTES)} "
@@ -853,8 +785,6 @@ def override_problems(suite: Suite, runtime: int | None, scale: float | None) ->
     if runtime is None and scale is None:
         return []
     if suite.app is not None:
-        from labcontract.appsuite import override_app_problems
-
         return override_app_problems(suite.app, runtime, scale)
     where = "--scale" if runtime is None else "--runtime"
     scaled = with_overrides(suite, runtime=runtime, scale=scale)

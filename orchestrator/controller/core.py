@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.protocol import CancelStep, ReportStep, StartStep
-from labcontract.suite import RetryCause
+from labcontract.suitebase import RetryCause
 from orchestrator import canary, kinds
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning

@@ -10,7 +10,8 @@ export formats and their loader (``orchestrator/export/base.py``), the controlle
 (``orchestrator/kinds/base.py``), the controller's intake and the controller (the intake types what it uses
 of it: ``orchestrator.controller.intake.Applier``), the agent's platforms and their picker
 (``agents/platform/base.py``), the read model and its printing (a metric and an entry in ``orchestrator/cellbase.py``;
-compare's terminal table only in ``orchestrator/comparetable.py``; network comparisons' dead printer gone)."""
+compare's terminal table only in ``orchestrator/comparetable.py``; network comparisons' dead printer gone), the suite and its application part (the retry policy, the OP modes and
+the problem wording in ``labcontract/suitebase.py``; the suite imports the application part once, at the top)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,6 @@ KNOWN: tuple[frozenset[str], ...] = (
     # the registry's __init__ loads the kinds, which import their base from it
     frozenset({"agents.kinds", "agents.kinds.app", "agents.kinds.fio", "agents.kinds.net", "agents.kinds.purge",
                "agents.live", "agents.runner"}),
-    # the application part of a suite and the suite validate each other
-    frozenset({"labcontract.appsuite", "labcontract.suite"}),
 )
 
 
