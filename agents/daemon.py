@@ -398,7 +398,7 @@ class Agent:
 
     def observe(self, dut: DeclaredDut) -> interlock.ObservedState:
         """The DUT as the interlock sees it, its filesystem marked when this lab made it (agents.kinds.app)."""
-        from agents.kinds.app import lab_filesystem_on
+        from agents.labfs import lab_filesystem_on
 
         obs = self.runner.platform.observe_dut(dut.path)
         fs = any(sig.kind == "filesystem" for sig in obs.signatures)

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 from pydantic import ValidationError
 
 from agents import kinds
-from agents.runner import Attempt
+from agents.attempt import Attempt
 from labcontract.errors import FioError, LabError
 from labcontract.fioresult import percentiles_from_bins
 from labcontract.fioseries import _bin_max, _Part, _Snapshot, _snapshot, _went_back, _zero

@@ -21,56 +21,34 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agents.apps.proc import read_bounded
-from agents.kinds import Host, Interlock, Launch, LiveFigures, StepKind, Targets, interlock_refusal, resolve_duts
+from agents.kinds.base import (
+    Host,
+    Interlock,
+    Launch,
+    LiveFigures,
+    LiveSource,
+    StepKind,
+    Targets,
+    interlock_refusal,
+    resolve_duts,
+)
 from labcontract import interlock
 from labcontract.apps import AppStart, expected_seconds
 from labcontract.errors import FioError
-from labcontract.facts import DeclaredDut
 from labcontract.protocol import StartStep
 
 if TYPE_CHECKING:
-    from agents.live import LiveReader
-    from agents.runner import Attempt
+    from agents.attempt import Attempt
 
 #: The step process, before its two arguments (a seam: unit tests point it at a fake).
 APPSTEP_ARGV: tuple[str, ...] = (sys.executable, "-m", "agents.appstep")
-MARKER_MAX_BYTES = 64 << 10
 BINARIES = ("mariadbd", "mariadb_install_db", "sysbench", "pg_bin_dir", "pgbench")
-
-
-def marker_path(state_dir: Path, dut_name: str) -> Path:
-    """Where a prepare records the filesystem it made on ``dut_name``."""
-    return state_dir / "apps" / f"{dut_name}.json"
-
-
-def recorded_uuid(state_dir: Path, dut_name: str) -> str | None:
-    """The filesystem UUID the marker of ``dut_name`` records (None: no marker, or an unreadable one)."""
-    path = marker_path(state_dir, dut_name)
-    try:
-        data = json.loads(read_bounded(path, MARKER_MAX_BYTES))
-    except (OSError, ValueError):
-        return None
-    uuid = data.get("uuid") if isinstance(data, dict) else None
-    return uuid if isinstance(uuid, str) and 0 < len(uuid) <= 128 else None
-
-
-def filesystem_uuid(device: str) -> str | None:
-    """The DUT's current filesystem UUID (a seam: unit tests fake blkid's answer)."""
-    return interlock.filesystem_uuid(device)
 
 
 def may_mount() -> bool:
     """Whether this agent may mount a filesystem (root: mount(8) refuses any other user a mount fstab does not
     list, whatever its capabilities)."""
     return os.geteuid() == 0
-
-
-def lab_filesystem_on(state_dir: Path, dut: DeclaredDut) -> bool:
-    """Whether ``dut`` holds the filesystem a prepare step of this lab made (its marker's UUID is the device's):
-    nothing of anyone else's is on it, so a purge, a fio write or another prepare may overwrite it."""
-    recorded = recorded_uuid(state_dir, dut.name)
-    return recorded is not None and interlock.lab_filesystem(filesystem_uuid(dut.path), recorded)
 
 
 def _release(attempt_dir: Path) -> list[str]:
@@ -136,7 +114,7 @@ class AppKind(StepKind):
     def cleanup(self, attempt_dir: Path) -> list[str]:
         return _release(attempt_dir)
 
-    def live(self, reader: LiveReader, attempt: Attempt, msg: StartStep) -> LiveFigures:
+    def live(self, reader: LiveSource, attempt: Attempt, msg: StartStep) -> LiveFigures:
         if msg.app is None:
             return LiveFigures()
         live = reader.app_live(attempt)

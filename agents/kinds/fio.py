@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from agents.kinds import Host, Interlock, Launch, LiveFigures, StepKind, Targets, same_device
+from agents.kinds.base import Host, Interlock, Launch, LiveFigures, LiveSource, StepKind, Targets, same_device
 from agents.platform import Platform
 from labcontract.drivehealth import ARTIFACT as DRIVE_HEALTH
 from labcontract.errors import FioError
@@ -26,8 +26,7 @@ from labcontract.fiojob import JobSection, check_job, render_job
 from labcontract.protocol import StartStep
 
 if TYPE_CHECKING:
-    from agents.live import LiveReader
-    from agents.runner import Attempt
+    from agents.attempt import Attempt
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ class FioKind(StepKind):
         argv.append("job.fio")
         return Launch({"job.fio": job}, tuple(argv), job)
 
-    def live(self, reader: LiveReader, attempt: Attempt, msg: StartStep) -> LiveFigures:
+    def live(self, reader: LiveSource, attempt: Attempt, msg: StartStep) -> LiveFigures:
         if msg.workload is None:
             return LiveFigures()
         return LiveFigures(devices=reader.fio_devices(attempt, msg, msg.workload),

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import ClassVar
 
-from agents.kinds import Host, Launch, StepKind, Targets
+from agents.kinds.base import Host, Launch, StepKind, Targets
 from labcontract.errors import FioError
 from labcontract.facts import NetPathDecl
 from labcontract.protocol import StartStep

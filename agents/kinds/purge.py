@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Sequence
 from typing import ClassVar
 
-from agents.kinds import Host, Interlock, Launch, StepKind, Targets
+from agents.kinds.base import Host, Interlock, Launch, StepKind, Targets
 from labcontract.facts import DeclaredDut
 from labcontract.protocol import StartStep
 

@@ -20,6 +20,7 @@ from typing import Any, get_args
 import pytest
 
 import agents.kinds.app as app_kind
+import agents.labfs as labfs
 from agents import kinds
 from agents.daemon import DEFAULT_APP_MOUNT_ROOT, Agent, AgentConfig
 from agents.exporter import AgentCollector
@@ -174,7 +175,7 @@ def test_a_foreign_filesystem_is_refused_and_the_labs_own_allowed(agent: tuple[A
     msg = StartStep.model_validate(app_payload(["dut0"], phase))
     op = "purge" if phase["phase"] == "prepare" else "write"
     signed(monkeypatch, FS)
-    monkeypatch.setattr(app_kind, "filesystem_uuid", lambda p: "uuid-1")
+    monkeypatch.setattr(labfs, "filesystem_uuid", lambda p: "uuid-1")
     _t, refused = a.targets_for(msg)
     assert f"refusing {op}" in refused and "filesystem signature" in refused       # no marker
     marker(a.config.state_dir, "uuid-2")
@@ -191,9 +192,9 @@ def test_a_garbage_marker_is_no_marker(agent: tuple[Agent, list[Event], Path], m
     a, _sent, _tmp = agent
     (a.config.state_dir / "apps").mkdir(parents=True)
     (a.config.state_dir / "apps" / "dut0.json").write_text("{not json")
-    assert app_kind.recorded_uuid(a.config.state_dir, "dut0") is None
+    assert labfs.recorded_uuid(a.config.state_dir, "dut0") is None
     (a.config.state_dir / "apps" / "dut0.json").write_text(json.dumps({"uuid": 5}))
-    assert app_kind.recorded_uuid(a.config.state_dir, "dut0") is None
+    assert labfs.recorded_uuid(a.config.state_dir, "dut0") is None
 
 
 def test_the_marker_exception_with_a_real_filesystem(agent: tuple[Agent, list[Event], Path]) -> None:

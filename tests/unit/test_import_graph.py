@@ -9,9 +9,13 @@ far: the web app and its pages (the CSP, now ``orchestrator.web.headers``), the 
 export formats and their loader (``orchestrator/export/base.py``), the controller's step kinds and theirs
 (``orchestrator/kinds/base.py``), the controller's intake and the controller (the intake types what it uses
 of it: ``orchestrator.controller.intake.Applier``), the agent's platforms and their picker
-(``agents/platform/base.py``), the read model and its printing (a metric and an entry in ``orchestrator/cellbase.py``;
-compare's terminal table only in ``orchestrator/comparetable.py``; network comparisons' dead printer gone), the suite and its application part (the retry policy, the OP modes and
-the problem wording in ``labcontract/suitebase.py``; the suite imports the application part once, at the top)."""
+(``agents/platform/base.py``), the read model and its printing (a metric and an entry in
+``orchestrator/cellbase.py``; compare's terminal table only in ``orchestrator/comparetable.py``; network
+comparisons' dead printer gone), the suite and its application part (the retry policy, the OP modes and the
+problem wording in ``labcontract/suitebase.py``; the suite imports the application part once, at the top), the
+agent's step kinds, its runner and its live reader (the attempt record in ``agents/attempt.py``, a kind's protocol
+in ``agents/kinds/base.py``, the lab's filesystem markers in ``agents/labfs.py``, the live reader typed by the
+kinds as ``LiveSource``). None is left."""
 
 from __future__ import annotations
 
@@ -23,12 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROOMS = ("agents", "labcontract", "orchestrator", "bench", "dashboards")
 
 # each a circle still to untie (issue 25), as the set of its modules
-KNOWN: tuple[frozenset[str], ...] = (
-    # the attempt record lives in the process runner, the live reader and the lab-filesystem marker in kind modules;
-    # the registry's __init__ loads the kinds, which import their base from it
-    frozenset({"agents.kinds", "agents.kinds.app", "agents.kinds.fio", "agents.kinds.net", "agents.kinds.purge",
-               "agents.live", "agents.runner"}),
-)
+KNOWN: tuple[frozenset[str], ...] = ()
 
 
 def modules() -> dict[str, Path]:
