@@ -12,13 +12,14 @@ The names other modules and tests import from ``orchestrator.controller`` are re
 from __future__ import annotations
 
 from labcontract.protocol import PROTOCOL_VERSION
-from orchestrator.controller.commands import REPLY_TTL_S, new_run_id, submission_problems
+from orchestrator.controller.commands import REPLY_TTL_S
 from orchestrator.controller.loop import PENDING_AGAIN_S, Controller
 from orchestrator.controller.stepping import step_operation
 from orchestrator.controller.transient import BACKOFF_FIRST_S, BACKOFF_MAX_S
 from orchestrator.cron import next_fire
 from orchestrator.kinds.common import find_device
 from orchestrator.kinds.net import NET_TARGET_EXTRA_S
+from orchestrator.submission import new_run_id, submission_problems
 
 __all__ = ["BACKOFF_FIRST_S", "BACKOFF_MAX_S", "NET_TARGET_EXTRA_S", "PENDING_AGAIN_S", "PROTOCOL_VERSION",
            "REPLY_TTL_S", "Controller", "find_device", "new_run_id", "next_fire", "step_operation",

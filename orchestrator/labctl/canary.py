@@ -34,9 +34,9 @@ class CanaryClient(ControllerClient):
 
 def _device_name(host: str, device: str) -> tuple[str, str]:
     """(name, path) of a declared DUT named by name, path or by-id link; every problem of the target at once."""
-    from orchestrator.controller.commands import submission_problems
     from orchestrator.kinds.common import find_device
     from orchestrator.store.models import Host
+    from orchestrator.submission import submission_problems
 
     with sessions_or_fail()() as s:
         problems = submission_problems(s, host, [device])

@@ -39,8 +39,8 @@ from labcontract.protocol import (
 )
 from labcontract.suite import Suite, load_suite
 from labcontract.transport import SOCKET_TIMEOUT
-from orchestrator.controller import new_run_id, submission_problems
 from orchestrator.netgroups import net_problems
+from orchestrator.submission import new_run_id, submission_problems
 
 
 def check_submission(ref: str, host: str, devices: Sequence[str],

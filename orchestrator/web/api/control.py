@@ -71,7 +71,7 @@ def send(request: Request, cmd: Message, what: str) -> None:
 @route(router, "POST", "/runs", "engineer", response_model=Submitted, status_code=201)
 def submit(request: Request, body: SubmitBody) -> Submitted:
     """Queue a suite on a host's DUTs; the run id. 422 with every problem of the suite and the target."""
-    from orchestrator.controller import new_run_id
+    from orchestrator.submission import new_run_id
 
     web = request.app.state.web
     suite = check_web_submission(web.sessions, body.suite, body.suite_yaml, body.host, body.devices,

@@ -1,0 +1,88 @@
+"""Whether a submission can run where it names, judged by what agents registered: the host, its declared DUTs, the
+suite's device count, its engines on the host's OS, its Linux-only parts on a Windows host, its sizes against the
+smallest named device. One home for that judgement: the controller applies it to every Submit, labctl and the web
+service before they send one (so a user hears of a problem at once), without importing the controller (whose
+package loads its loop: ``labctl --version`` took 1.2 s of CPU for it)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from labcontract.engines import OS_NAMES, engine_problem
+from labcontract.errors import Problem
+from labcontract.suite import Suite, capacity_problems
+from orchestrator.kinds.common import find_device
+from orchestrator.store.models import Device, Host
+
+
+def new_run_id() -> str:
+    return time.strftime("r%Y%m%d-") + uuid.uuid4().hex[:6]
+
+
+def submission_problems(session: Session, host_name: str, devices: Sequence[str],
+                        suite: Suite | None = None) -> list[Problem]:
+    """What is wrong with running on (host, devices), judged by what agents registered."""
+    problems = []
+    if not devices:
+        problems.append(Problem("--device", "no device named"))
+    if suite is not None and suite.devices is not None and devices and len(devices) != suite.devices:
+        problems.append(Problem("--device", f"suite {suite.name} takes {suite.devices} device(s); "
+                                            f"{len(devices)} named"))
+    host = session.get(Host, host_name)
+    if host is None:
+        known = ", ".join(session.scalars(select(Host.name).order_by(Host.name))) or "none registered"
+        return [*problems, Problem("--host", f"unknown host {host_name!r} (known: {known})")]
+    declared = ", ".join(f"{d.name} ({d.path})" for d in host.devices if d.declared) or "none"
+    seen: dict[str, str] = {}
+    named: list[Device] = []
+    for device in devices:
+        dev = find_device(host, device)
+        if dev is None:
+            problems.append(Problem("--device", f"{device!r} is not a declared DUT of host {host_name} "
+                                                f"(declared: {declared})"))
+        elif dev.path in seen:
+            problems.append(Problem("--device", f"{device!r} names device {dev.path} twice in one device group "
+                                                f"(also as {seen[dev.path]!r})"))
+        else:
+            seen[dev.path] = device
+            named.append(dev)
+    if suite is not None:
+        problems += engine_problems(suite, host) + linux_only_problems(suite, host)
+    if suite is not None and named:
+        # sizes against the registered capacity of the smallest named device (a group shares one job)
+        smallest = min(named, key=lambda d: d.size_bytes)
+        problems += capacity_problems(suite, smallest.size_bytes, f"device {smallest.name} ({smallest.path})")
+    return problems
+
+
+def engine_problems(suite: Suite, host: Host) -> list[Problem]:
+    """The suite's fio engines the host's OS has no counterpart of (windowsaio on Linux, pvsync2 on Windows;
+    labcontract.engines), when the host registered its OS family; an older agent's host is not judged here
+    (its agent refuses the step before fio starts)."""
+    family = (host.facts or {}).get("os_family")
+    if family not in OS_NAMES:
+        return []
+    out = []
+    for engine in sorted({w.ioengine for w in suite.workloads}):
+        why = engine_problem(str(family), engine)
+        if why is not None:
+            out.append(Problem("ioengine", f"{why} (host {host.name} runs {OS_NAMES[str(family)]})"))
+    return out
+
+
+def linux_only_problems(suite: Suite, host: Host) -> list[Problem]:
+    """What of the suite only Linux agents run (purge, network and application steps: their agents' kinds use
+    Linux tools; agents.kinds.StepKind.platforms) when the host registered that it runs Windows."""
+    if (host.facts or {}).get("os_family") != "windows":
+        return []
+    parts = (("phases.purge", suite.phases.purge, "a purge"), ("phases.provision", suite.phases.provision,
+                                                                 "provisioning (Ansible's lab_dut)"),
+             ("network", suite.network is not None, "a network suite"), ("kind", suite.kind != "fio",
+                                                                        f"a {suite.kind} application suite"))
+    return [Problem(key, f"{what} runs on Linux agents only; host {host.name} runs Windows")
+            for key, on, what in parts if on]
