@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.queries import RunDetail
+from orchestrator.stats.samples import interval_text
 from orchestrator.stats.summary import summarize
 from tests.chromium import Chromium
 from tests.conftest import LabHandle
@@ -69,7 +70,9 @@ def test_run_show_prints_each_cell_with_its_interval(lab: LabHandle, repeated: R
         s = summarize(_iops(repeated, q))
         line = next(ln for ln in text.splitlines() if f"iodepth={q}" in ln and "3/3" in ln)
         assert f"{s.mean:,.0f}" in line, (line, s)
-        assert s.half_width is not None and f"{s.half_width / s.mean * 100:.1f}%" in line, (line, s)
+        # a loop device under load can be noisy: the line then says so instead of printing bounds
+        assert interval_text(s, "{:,.0f}").removeprefix("± ") in line, (line, s)
+        assert s.too_noisy or (s.ci_low is not None and 0 < s.ci_low < s.mean), s
 
 
 def test_the_export_carries_mean_interval_and_cov(lab: LabHandle, repeated: RunDetail) -> None:
@@ -84,7 +87,11 @@ def test_the_export_carries_mean_interval_and_cov(lab: LabHandle, repeated: RunD
         assert float(row["mean"]) == pytest.approx(statistics.fmean(values))
         assert float(row["stdev"]) == pytest.approx(statistics.stdev(values))
         s = summarize(values)
-        assert float(row["ci_low"]) == pytest.approx(s.ci_low) and float(row["ci_high"]) == pytest.approx(s.ci_high)
+        if s.too_noisy:    # a loop device under load can be noisy: no bounds, and the reason
+            assert row["ci_low"] == row["ci_high"] == "" and row["note"] == s.note, row
+        else:
+            assert s.ci_low is not None and s.ci_high is not None and row["note"] == ""
+            assert float(row["ci_low"]) == pytest.approx(s.ci_low) and float(row["ci_high"]) == pytest.approx(s.ci_high)
         assert float(row["cov_pct"]) == pytest.approx(statistics.stdev(values) / statistics.fmean(values) * 100)
     results = lab.labctl("export", repeated.run.id, "--format", "csv", "--table", "results")
     measured = [r for r in csv.DictReader(io.StringIO(results.stdout)) if r["kind"] == "measure"]
