@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from orchestrator.cellbase import Entry, Metric
 from orchestrator.cells import CellKey, cell_key
 from orchestrator.netreport import net_entries
-from orchestrator.queries import RunDetail, app_metrics, is_app_run
+from orchestrator.queries import RunDetail, app_metrics, cpu_figures, is_app_run
 from orchestrator.store.models import Result
 
 __all__ = ["APP_METRICS", "HEADLINE", "STORAGE_METRICS", "Entry", "Metric", "app_values", "cell_entries",
@@ -42,18 +42,10 @@ def _us(ns: float | None) -> float | None:
 def storage_values(res: Result | None) -> dict[str, float | None]:
     if res is None:
         return {m.name: None for m in STORAGE_METRICS}
-    cpu = (res.metrics or {}).get("cpu") if isinstance(res.metrics, dict) else None
-    cpu = cpu if isinstance(cpu, dict) else {}
     return {"iops": res.iops, "mb_s": None if res.bw_bytes is None else res.bw_bytes / 1e6,
             "lat_mean_us": _us(res.lat_mean_ns),
             "lat_max_us": _us(res.lat_max_ns), "lat_stddev_us": _us(res.lat_stddev_ns),
-            "cpu_usr_pct": _number(cpu.get("usr_pct")), "cpu_sys_pct": _number(cpu.get("sys_pct")),
-            "cpu_us_per_io": _number(cpu.get("us_per_io"))}
-
-
-def _number(v: object) -> float | None:
-    """A stored figure, or None for a missing or malformed one (results stored before fio's CPU was read)."""
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+            **cpu_figures(res.metrics)}
 
 
 def app_values(res: Result | None) -> dict[str, float | None]:

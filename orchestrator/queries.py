@@ -101,6 +101,19 @@ def app_metrics(res: Result) -> dict[str, float]:
     return {str(k): float(v) for k, v in src.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
+def cpu_figures(metrics: Any) -> dict[str, float | None]:
+    """fio's CPU over a step from a StepMetrics dump (``cpu``: labcontract.fioresult.CpuStats) as the figures compare,
+    the export and the reports name them; None for a result stored before it was kept, or a malformed value."""
+    cpu = metrics.get("cpu") if isinstance(metrics, dict) else None
+    cpu = cpu if isinstance(cpu, dict) else {}
+
+    def number(v: Any) -> float | None:
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    return {"cpu_usr_pct": number(cpu.get("usr_pct")), "cpu_sys_pct": number(cpu.get("sys_pct")),
+            "cpu_us_per_io": number(cpu.get("us_per_io"))}
+
+
 def app_series(res: Result) -> dict[str, list[float]]:
     """Per-second series of an application result (``tps``, ...): lists of numbers only."""
     src: Any = res.series or {}

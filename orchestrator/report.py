@@ -20,6 +20,7 @@ from orchestrator.queries import (
     RunDetail,
     app_metrics,
     app_point,
+    cpu_figures,
     is_app_run,
     point_dim_of,
     result_tool,
@@ -59,9 +60,8 @@ def metric_cells(m: dict[str, Any]) -> list[str]:
 
 
 def _cpu_per_io(m: dict[str, Any] | None) -> str:
-    cpu = (m or {}).get("cpu") if isinstance(m, dict) else None
-    v = cpu.get("us_per_io") if isinstance(cpu, dict) else None
-    return f"{v:,.2f}" if isinstance(v, int | float) and not isinstance(v, bool) else "-"
+    v = cpu_figures(m)["cpu_us_per_io"]
+    return "-" if v is None else f"{v:,.2f}"
 
 
 def step_row(step: Step, result: Result | None) -> list[str]:

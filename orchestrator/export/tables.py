@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.cells import cell_key, key_label
-from orchestrator.queries import APP_FIGURES, RunDetail, app_metrics, app_series, result_tool
+from orchestrator.queries import APP_FIGURES, RunDetail, app_metrics, app_series, cpu_figures, result_tool
 from orchestrator.store.models import Result, Step
 
 Value = str | int | float | bool | None
@@ -86,14 +86,7 @@ def _metrics_figures(m: Mapping[str, Any]) -> dict[str, Value]:
             "read_mb_s": _mb(r.get("bw_bytes")), "write_mb_s": _mb(w.get("bw_bytes")), "mb_s": _mb(c.get("bw_bytes")),
             "lat_mean_us": _us(c.get("lat_mean_ns")), "lat_max_us": _us(c.get("lat_max_ns")),
             "lat_stddev_us": _us(c.get("lat_stddev_ns")),
-            "lat_p99_us": _us((c.get("percentiles_ns") or {}).get("p99")), **_cpu(m)}
-
-
-def _cpu(m: Mapping[str, Any] | None) -> dict[str, Value]:
-    """fio's CPU over the step (StepMetrics.cpu): empty for results stored before it was read."""
-    cpu = (m or {}).get("cpu") if isinstance(m, Mapping) else None
-    cpu = cpu if isinstance(cpu, Mapping) else {}
-    return {"cpu_usr_pct": cpu.get("usr_pct"), "cpu_sys_pct": cpu.get("sys_pct"), "cpu_us_per_io": cpu.get("us_per_io")}
+            "lat_p99_us": _us((c.get("percentiles_ns") or {}).get("p99")), **cpu_figures(m)}
 
 
 def _measured(d: RunDetail) -> Iterator[tuple[Step, Result]]:
@@ -116,7 +109,7 @@ def result_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
                "read_iops": res.read_iops, "write_iops": res.write_iops, "iops": res.iops,
                "read_mb_s": _mb(res.read_bw_bytes), "write_mb_s": _mb(res.write_bw_bytes), "mb_s": _mb(res.bw_bytes),
                "lat_mean_us": _us(res.lat_mean_ns), "lat_max_us": _us(res.lat_max_ns),
-               "lat_stddev_us": _us(res.lat_stddev_ns), "lat_p99_us": _us(res.lat_p99_ns), **_cpu(res.metrics),
+               "lat_stddev_us": _us(res.lat_stddev_ns), "lat_p99_us": _us(res.lat_p99_ns), **cpu_figures(res.metrics),
                "runtime_s": res.runtime_ms / 1000, "fio_version": res.fio_version or None,
                **{f: _joined([dv.get(f.removeprefix("device_")) for dv in devs]) for f in DEVICE_FACTS}}
 

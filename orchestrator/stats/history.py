@@ -125,9 +125,13 @@ class Series:
         if len(self.values) < min_points():
             return None
         values = self.values[-HISTORY_POINTS:]
-        changes = _detect(values, f"{self.ident.host} {self.label} {self.ident.metric}")
-        since = changes[-1].index if changes else 0
-        return noise_of(values[since:max(len(values) - MIN_SIZE + 1, 0)], OUTLIER_SD, THRESHOLD_PCT)
+        return _noise(values, _detect(values, f"{self.ident.host} {self.label} {self.ident.metric}"))
+
+
+def _noise(values: list[float], changes: list[ChangePoint]) -> Noise | None:
+    """The noise of the runs the last-point rule judges against: since the latest change, without the last ones."""
+    since = changes[-1].index if changes else 0
+    return noise_of(values[since:max(len(values) - MIN_SIZE + 1, 0)], OUTLIER_SD, THRESHOLD_PCT)
 
 
 @dataclass(frozen=True)
@@ -344,7 +348,7 @@ def judge_series(ser: Series, threshold: float = THRESHOLD_PCT) -> list[Regressi
     last = _last_points(ser, values, offset, changes[-1].index if changes else 0, threshold)
     if last is not None:
         out.append(last)
-    noise = ser.noise()
+    noise = _noise(values, changes)
     if noise is not None:
         for r in out:
             r.noise_cov_pct, r.detectable_pct = noise.cov_pct, noise.detectable_pct

@@ -151,25 +151,6 @@ def _ranks(values: Sequence[float | Fraction]) -> tuple[list[float], list[int]]:
     return ranks, ties
 
 
-def _u_counts(n1: int, n2: int) -> list[int]:
-    """Number of arrangements giving each U = 0..n1*n2 (no ties), by the usual recursion
-    c(n1, n2, u) = c(n1-1, n2, u-n2) + c(n1, n2-1, u)."""
-    # table[j] holds the counts for (i, j) while i grows row by row.
-    table: list[list[int]] = [[1] for _ in range(n2 + 1)]  # i = 0: U is always 0
-    for i in range(1, n1 + 1):
-        row: list[list[int]] = [[1]]  # j = 0: U is always 0
-        for j in range(1, n2 + 1):
-            size = i * j + 1
-            cur = [0] * size
-            for u, c in enumerate(table[j]):  # (i-1, j), shifted by j
-                cur[u + j] += c
-            for u, c in enumerate(row[j - 1]):  # (i, j-1)
-                cur[u] += c
-            row.append(cur)
-        table = row
-    return table[n2]
-
-
 @functools.lru_cache(maxsize=256)
 def _rank_sum_counts(doubled: tuple[int, ...], nb: int) -> npt.NDArray[np.float64]:
     """The permutation distribution of twice the rank sum of ``nb`` values drawn from the midranks ``doubled / 2``:

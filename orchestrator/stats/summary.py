@@ -199,10 +199,14 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float, flo
     if got is None:
         return None
     m, _, half = got
-    if m > 0 and min(values) >= 0:
-        spread = half / m
-        return m, m * math.exp(-spread), m * math.exp(spread)
-    return m, m - half, m + half
+    return m, *_bounds(m, half, min(values) >= 0)
+
+
+def _bounds(m: float, half: float, nonnegative: bool) -> tuple[float, float]:
+    """The interval of mean ``m`` whose Student half width is ``half``: on the log scale for a non-negative figure."""
+    if m > 0 and nonnegative:
+        return m * math.exp(-half / m), m * math.exp(half / m)
+    return m - half, m + half
 
 
 def summarize(values: Iterable[float], source: str = "values") -> Summary:
@@ -218,13 +222,11 @@ def summarize(values: Iterable[float], source: str = "values") -> Summary:
         return Summary(1, mean, median, None, None, None, None, SINGLE_RUN_NOTE)
     stdev = math.sqrt(math.fsum((v - mean) ** 2 for v in xs) / (n - 1))
     cov = stdev / abs(mean) * 100.0 if mean != 0 else None
-    got = _relative_half_width(xs, 0.95)
-    assert got is not None
-    if mean != 0 and got[2] / abs(mean) > NOISY_HALF_WIDTH:
+    half = t_ppf(0.975, n - 1) * stdev / math.sqrt(n)
+    if mean != 0 and half / abs(mean) > NOISY_HALF_WIDTH:
         return Summary(n, mean, median, stdev, None, None, cov, too_noisy_note(cov, n), too_noisy=True)
-    ci = mean_ci(xs)
-    assert ci is not None
-    return Summary(n, mean, median, stdev, ci[1], ci[2], cov)
+    low, high = _bounds(mean, half, ordered[0] >= 0)
+    return Summary(n, mean, median, stdev, low, high, cov)
 
 
 def too_noisy_note(cov_pct: float | None, n: int) -> str:

@@ -81,12 +81,35 @@ def test_welch_without_spread() -> None:
     assert apart.p == 0.0 and apart.t == math.inf and apart.ci_low == apart.ci_high == 1.0
 
 
+def _u_counts(n1: int, n2: int) -> list[int]:
+    """Number of arrangements giving each U = 0..n1*n2 (no ties), by the usual recursion
+    c(n1, n2, u) = c(n1-1, n2, u-n2) + c(n1, n2-1, u)."""
+    # table[j] holds the counts for (i, j) while i grows row by row.
+    table: list[list[int]] = [[1] for _ in range(n2 + 1)]  # i = 0: U is always 0
+    for i in range(1, n1 + 1):
+        row: list[list[int]] = [[1]]  # j = 0: U is always 0
+        for j in range(1, n2 + 1):
+            size = i * j + 1
+            cur = [0] * size
+            for u, c in enumerate(table[j]):  # (i-1, j), shifted by j
+                cur[u + j] += c
+            for u, c in enumerate(row[j - 1]):  # (i, j-1)
+                cur[u] += c
+            row.append(cur)
+        table = row
+    return table[n2]
+
+
 @pytest.mark.parametrize(("n1", "n2"), [(1, 1), (2, 3), (3, 3), (4, 6), (7, 5)])
 def test_u_distribution_counts_every_arrangement(n1: int, n2: int) -> None:
-    counts = sig._u_counts(n1, n2)
+    # the textbook recursion of U's counts without ties is the independent reference of the midrank knapsack
+    counts = _u_counts(n1, n2)
     assert len(counts) == n1 * n2 + 1
     assert sum(counts) == math.comb(n1 + n2, n1)
     assert counts == counts[::-1]  # symmetric about n1 n2 / 2
+    # without ties the midranks are 1..n: twice the rank sum of b is 2 U + n2 (n2 + 1)
+    knapsack = sig._rank_sum_counts(tuple(2 * r for r in range(1, n1 + n2 + 1)), n2)
+    assert [int(knapsack[2 * u + n2 * (n2 + 1)]) for u in range(n1 * n2 + 1)] == counts
 
 
 @pytest.mark.parametrize(
