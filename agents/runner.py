@@ -12,6 +12,8 @@ Layout under the agent's state directory::
         fio.json        fio --output (json+)
         fio.stdout      fio.stderr
         rc              fio's exit code, written by the wrapper shell when fio exits
+        host-cpu.start  host-cpu.end   the ``cpu`` lines of /proc/stat just before and just after the process (Linux's
+                        wrapper; labcontract.hostcpu)
         drive-health.json  the DUTs' health (NVMe smart-log / smartctl) before the launch and after the end, when the
                         kind reads it (StepKind.reads_health) and the agent has a source (agents.drivehealth)
         cancelled       present when the attempt was cancelled (holds the reason)

@@ -3,9 +3,14 @@
 The job files agents run (:mod:`labcontract.fiojob`) set ``group_reporting=1``,
 ``lat_percentiles=1`` and ``percentile_list=50:90:95:99:99.9:99.99``, so for each direction
 fio reports *total* latency (``lat_ns``: submission + completion) with ``percentile`` and,
-in json+, ``bins`` (histogram: bin value in ns as a string -> count). Only ``lat_ns`` is
-read here; ``clat_ns``/``slat_ns`` (which carry their own bins) are ignored on purpose so
-completion and total latency are never mixed.
+in json+, ``bins`` (histogram: bin value in ns as a string -> count). fio keeps completion
+latency (``clat_ns``, what fio prints by default and many reviews quote) beside it, with its
+own bins: both are read, each into its own fields (``lat`` / ``percentiles_ns`` total,
+``clat`` / ``clat_percentiles_ns`` completion), never mixed. ``slat_ns`` is not read.
+
+Percentiles come from the bins for the six points of the job's ``percentile_list`` and, from
+the bins only, 99.999 when the step holds at least :data:`TAIL_BEYOND` I/Os beyond it
+(1,000,000 I/Os): below that it would be one of the largest few samples, which max says.
 
 How numbers are combined (several ``jobs`` entries, and read + write):
 
@@ -40,15 +45,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from labcontract.errors import FioError
+from labcontract.hostcpu import HostCpu
 
 __all__ = [
     "PERCENTILE_KEYS",
     "PERCENTILE_POINTS",
+    "TAIL_BEYOND",
+    "TAIL_POINTS",
     "Combined",
     "CpuStats",
     "DirectionStats",
     "LatencyStats",
     "StepMetrics",
+    "bin_percentiles",
     "latency_bins",
     "parse_fio_groups",
     "parse_fio_output",
@@ -67,8 +76,13 @@ def percentile_key(point: float) -> str:
     return f"p{point:g}"
 
 
+#: Points read from the json+ bins only (fio is not asked for them), each when the sample holds it.
+TAIL_POINTS: tuple[float, ...] = (99.999,)
+#: A percentile is given only with at least this many I/Os beyond it (p99.999: 1,000,000 I/Os).
+TAIL_BEYOND = 10
+
 #: The only keys allowed in ``percentiles_ns``.
-PERCENTILE_KEYS: frozenset[str] = frozenset(percentile_key(p) for p in PERCENTILE_POINTS)
+PERCENTILE_KEYS: frozenset[str] = frozenset(percentile_key(p) for p in (*PERCENTILE_POINTS, *TAIL_POINTS))
 
 # fio compares the cumulative bin count against ``(long double) p / 100.0 * nr``. On x86-64
 # Linux (where the lab's agents run) long double is the x87 80-bit format: 64-bit significand.
@@ -91,7 +105,8 @@ def _check_percentile_keys(value: dict[str, float]) -> dict[str, float]:
 
 
 class LatencyStats(_Model):
-    """Total (submission + completion) latency of one direction, in nanoseconds."""
+    """Latency of one direction, in nanoseconds: total (submission + completion) in ``DirectionStats.lat``,
+    completion only in ``DirectionStats.clat``."""
 
     min_ns: float = Field(ge=0)
     mean_ns: float = Field(ge=0)
@@ -114,7 +129,8 @@ class DirectionStats(_Model):
     iops: float = Field(ge=0)
     bw_bytes: float = Field(ge=0)
     runtime_ms: int = Field(ge=0)
-    lat: LatencyStats | None = None
+    lat: LatencyStats | None = None    # total latency (fio's lat_ns)
+    clat: LatencyStats | None = None   # completion latency (clat_ns); None in results stored before it was read
 
 
 class Combined(_Model):
@@ -126,9 +142,11 @@ class Combined(_Model):
     lat_mean_ns: float | None = None
     lat_max_ns: float | None = None
     lat_stddev_ns: float | None = None
-    percentiles_ns: dict[str, float] = Field(default_factory=dict)
+    percentiles_ns: dict[str, float] = Field(default_factory=dict)        # total latency
+    clat_mean_ns: float | None = None                                     # completion latency (None: not read)
+    clat_percentiles_ns: dict[str, float] = Field(default_factory=dict)
 
-    @field_validator("percentiles_ns")
+    @field_validator("percentiles_ns", "clat_percentiles_ns")
     @classmethod
     def _known_keys(cls, value: dict[str, float]) -> dict[str, float]:
         return _check_percentile_keys(value)
@@ -154,6 +172,9 @@ class StepMetrics(_Model):
     combined: Combined
     errors: int
     cpu: CpuStats | None = None   # None from results stored before it was read, or fio output without it
+    # the whole host's CPU over the step (the agent's /proc/stat readings, labcontract.hostcpu), added by the
+    # controller; None: not read (Windows, results stored before, a reading refused)
+    host_cpu: HostCpu | None = None
 
 
 # --------------------------------------------------------------------------- pure math
@@ -266,6 +287,15 @@ class _DirAcc:
     bw_bytes: float = 0.0
     runtime_ms: int = 0
     lat: list[_LatPart] = field(default_factory=list)
+    clat: list[_LatPart] = field(default_factory=list)
+
+
+def bin_percentiles(bins: Mapping[int, int]) -> dict[str, float]:
+    """The percentiles of a merged json+ histogram the lab keeps: the job's six and each of :data:`TAIL_POINTS`
+    the histogram holds at least :data:`TAIL_BEYOND` I/Os beyond."""
+    total = sum(c for c in bins.values() if c > 0)
+    points = (*PERCENTILE_POINTS, *(p for p in TAIL_POINTS if total * (100.0 - p) / 100.0 >= TAIL_BEYOND))
+    return percentiles_from_bins(bins, points)
 
 
 def _merged_percentiles(parts: Sequence[_LatPart]) -> dict[str, float]:
@@ -277,7 +307,7 @@ def _merged_percentiles(parts: Sequence[_LatPart]) -> dict[str, float]:
             assert part.bins is not None
             for value, count in part.bins.items():
                 merged[value] = merged.get(value, 0) + count
-        return percentiles_from_bins(merged)
+        return bin_percentiles(merged)
     if len(parts) == 1:
         return dict(parts[0].percentiles)
     return {}
@@ -364,11 +394,23 @@ def _read_direction(r: _Reader, job: Mapping[str, Any], name: str, where: str, a
     acc.iops += r.num(d, "iops", w)
     acc.bw_bytes += r.num(d, "bw_bytes", w)
     acc.runtime_ms = max(acc.runtime_ms, r.int_(d, "runtime", w))
-    lat = r.obj(d, "lat_ns", w)
-    wl = f"{w}.lat_ns"
+    part = _lat_part(r, r.obj(d, "lat_ns", w), f"{w}.lat_ns")
+    if part is not None:
+        acc.lat.append(part)
+    raw_clat = d.get("clat_ns")   # optional: completion latency, beside the total
+    if raw_clat is not None:
+        if not isinstance(raw_clat, dict):
+            raise r.fail(f"{w}.clat_ns: expected an object")
+        part = _lat_part(r, raw_clat, f"{w}.clat_ns")
+        if part is not None:
+            acc.clat.append(part)
+
+
+def _lat_part(r: _Reader, lat: Mapping[str, Any], wl: str) -> _LatPart | None:
+    """One job entry's latency in one direction (``lat_ns`` or ``clat_ns``); None when it did no I/O."""
     n = r.int_(lat, "N", wl)
     if n <= 0:
-        return
+        return None
     bins: dict[int, int] | None = None
     raw_bins = lat.get("bins")
     if raw_bins is not None:
@@ -395,17 +437,8 @@ def _read_direction(r: _Reader, job: Mapping[str, Any], name: str, where: str, a
                 raise r.fail(f"{wl}.percentile: key {key!r} is not a number") from None
             if label in PERCENTILE_KEYS:
                 percentiles[label] = r.num(raw_pct, key, f"{wl}.percentile")
-    acc.lat.append(
-        _LatPart(
-            n=n,
-            mean=r.num(lat, "mean", wl),
-            stddev=r.num(lat, "stddev", wl),
-            min=r.num(lat, "min", wl),
-            max=r.num(lat, "max", wl),
-            bins=bins,
-            percentiles=percentiles,
-        )
-    )
+    return _LatPart(n=n, mean=r.num(lat, "mean", wl), stddev=r.num(lat, "stddev", wl), min=r.num(lat, "min", wl),
+                    max=r.num(lat, "max", wl), bins=bins, percentiles=percentiles)
 
 
 def _direction(acc: _DirAcc) -> DirectionStats:
@@ -416,6 +449,7 @@ def _direction(acc: _DirAcc) -> DirectionStats:
         bw_bytes=acc.bw_bytes,
         runtime_ms=acc.runtime_ms,
         lat=_latency(acc.lat),
+        clat=_latency(acc.clat),
     )
 
 
@@ -506,6 +540,8 @@ def _step_metrics(r: _Reader, version: str, entries: Sequence[tuple[int, Any]]) 
         lat_max_ns=max(p.max for p in both) if both else None,
         lat_stddev_ns=stddev if n else None,
         percentiles_ns=_merged_percentiles(both),
+        clat_mean_ns=_pooled_mean(read.clat + write.clat),
+        clat_percentiles_ns=_merged_percentiles(read.clat + write.clat),
     )
     runtime_ms = max(read_stats.runtime_ms, write_stats.runtime_ms)
     cpu = None
@@ -522,6 +558,11 @@ def _step_metrics(r: _Reader, version: str, entries: Sequence[tuple[int, Any]]) 
         errors=errors,
         cpu=cpu,
     )
+
+
+def _pooled_mean(parts: Sequence[_LatPart]) -> float | None:
+    n, mean, _ = pool_mean_stddev((p.n, p.mean, p.stddev) for p in parts)
+    return mean if n else None
 
 
 def _cpu_seconds(r: _Reader, job: Mapping[str, Any], where: str, acc: list[float] | None) -> list[float] | None:
@@ -541,9 +582,11 @@ def _cpu_seconds(r: _Reader, job: Mapping[str, Any], where: str, acc: list[float
 LatBins = dict[str, list[list[int]]]
 
 
-def latency_bins(text: str | bytes, *, source: str = "fio output") -> tuple[LatBins, dict[str, LatBins]] | None:
-    """fio json+ total-latency (``lat_ns``) histogram bins, merged over every job entry and, separately, per
-    ``jobname`` (a device group's sections, see :func:`parse_fio_groups`); read and write apart.
+def latency_bins(text: str | bytes, *, source: str = "fio output",
+                 completion: bool = False) -> tuple[LatBins, dict[str, LatBins]] | None:
+    """fio json+ total-latency (``lat_ns``; ``completion``: ``clat_ns``) histogram bins, merged over every job
+    entry and, separately, per ``jobname`` (a device group's sections, see :func:`parse_fio_groups`); read and
+    write apart.
 
     Stored with a result so that any percentile or exceedance curve can be drawn later without the raw
     output (the percentiles in ``metrics`` are only the six fio was asked for). Bin values are fio's bucket
@@ -563,7 +606,7 @@ def latency_bins(text: str | bytes, *, source: str = "fio output") -> tuple[LatB
         for direction in ("read", "write"):
             acc = _DirAcc()
             _read_direction(r, job, direction, f"jobs[{i}]", acc)
-            for part in acc.lat:
+            for part in acc.clat if completion else acc.lat:
                 if part.bins is None:
                     return None
                 mine = mine_both[direction]

@@ -13,26 +13,32 @@ from collections.abc import Iterator
 from orchestrator.cellbase import Entry, Metric
 from orchestrator.cells import CellKey, cell_key
 from orchestrator.netreport import net_entries
-from orchestrator.queries import RunDetail, app_metrics, cpu_figures, is_app_run
+from orchestrator.queries import RunDetail, app_metrics, cpu_figures, is_app_run, latency_figures
 from orchestrator.store.models import Result
 
 __all__ = ["APP_METRICS", "HEADLINE", "STORAGE_METRICS", "Entry", "Metric", "app_values", "cell_entries",
            "metrics_of", "run_kind", "storage_values"]
 
 
+# "lat" is fio's total latency (submission + completion), "clat" its completion latency, as fio names them
 STORAGE_METRICS = (Metric("iops", "IOPS", "{:,.0f}"), Metric("mb_s", "MB/s", "{:,.1f}"),
                    Metric("lat_mean_us", "avg lat µs", "{:,.1f}"), Metric("lat_max_us", "max lat µs", "{:,.1f}"),
                    Metric("lat_stddev_us", "lat stddev µs", "{:,.1f}"),
+                   Metric("lat_p99_us", "p99 lat µs", "{:,.1f}"), Metric("lat_p99_99_us", "p99.99 lat µs", "{:,.1f}"),
+                   Metric("clat_p99_us", "p99 clat µs", "{:,.1f}"),
                    # fio's own CPU over the step, in % of one CPU, and CPU µs per I/O (StepMetrics.cpu)
                    Metric("cpu_usr_pct", "usr CPU %", "{:,.1f}"), Metric("cpu_sys_pct", "sys CPU %", "{:,.1f}"),
-                   Metric("cpu_us_per_io", "CPU µs/IO", "{:,.2f}"))
+                   Metric("cpu_us_per_io", "CPU µs/IO", "{:,.2f}"),
+                   # the whole host's CPU over the step, in % of all its CPUs (StepMetrics.host_cpu)
+                   Metric("host_cpu_pct", "host CPU %", "{:,.1f}"))
 APP_METRICS = (Metric("tps", "TPS", "{:,.1f}"), Metric("qps", "QPS", "{:,.1f}"),
                Metric("lat_avg_ms", "avg lat ms", "{:,.2f}"), Metric("lat_p95_ms", "p95 lat ms", "{:,.2f}"),
                Metric("lat_p99_ms", "p99 lat ms", "{:,.2f}"), Metric("errors", "errors", "{:,.0f}", diff=False),
                Metric("reconnects", "reconnects", "{:,.0f}", diff=False))
 # what a cell is judged on (compare's significance, history's regressions): the main figure of each kind and
 # whether higher is better
-HEADLINE = {"iops": True, "mb_s": True, "lat_mean_us": False, "tps": True, "lat_p95_ms": False, "gbps": True}
+HEADLINE = {"iops": True, "mb_s": True, "mib_s": True, "lat_mean_us": False, "tps": True, "lat_p95_ms": False,
+            "gbps": True}
 
 
 def _us(ns: float | None) -> float | None:
@@ -42,10 +48,11 @@ def _us(ns: float | None) -> float | None:
 def storage_values(res: Result | None) -> dict[str, float | None]:
     if res is None:
         return {m.name: None for m in STORAGE_METRICS}
-    return {"iops": res.iops, "mb_s": None if res.bw_bytes is None else res.bw_bytes / 1e6,
-            "lat_mean_us": _us(res.lat_mean_ns),
-            "lat_max_us": _us(res.lat_max_ns), "lat_stddev_us": _us(res.lat_stddev_ns),
-            **cpu_figures(res.metrics)}
+    values = {"iops": res.iops, "mb_s": None if res.bw_bytes is None else res.bw_bytes / 1e6,
+              "lat_mean_us": _us(res.lat_mean_ns), "lat_max_us": _us(res.lat_max_ns),
+              "lat_stddev_us": _us(res.lat_stddev_ns), "lat_p99_us": _us(res.lat_p99_ns),
+              **latency_figures(res.metrics), **cpu_figures(res.metrics)}
+    return {m.name: values.get(m.name) for m in STORAGE_METRICS}
 
 
 def app_values(res: Result | None) -> dict[str, float | None]:

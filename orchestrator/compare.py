@@ -120,8 +120,10 @@ def _mean(values: list[float] | None) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def compare_details(details: Sequence[RunDetail]) -> Comparison:
-    """Match the runs' cells (see the module docstring); CompareError when they cannot be compared."""
+def compare_details(details: Sequence[RunDetail], units: str = "decimal") -> Comparison:
+    """Match the runs' cells (see the module docstring); CompareError when they cannot be compared. ``units``:
+    bandwidth in MB/s (``decimal``) or MiB/s (``binary``, its metric then ``mib_s``: :mod:`orchestrator.units`)."""
+    from orchestrator import units as unit
     from orchestrator.netreport import net_metrics
 
     details = list(details)
@@ -141,6 +143,12 @@ def compare_details(details: Sequence[RunDetail]) -> Comparison:
     with_mode = needs_op_mode([st.cell for st in d.steps] for d in details)
     per_run = [run_samples(d, with_mode) for d in details]
     metrics = list(APP_METRICS) if apps[0] else net_metrics(details) if network[0] else list(STORAGE_METRICS)
+    if unit.check_units(units) != "decimal":
+        metrics = unit.metrics_in(metrics, units)
+        for cells in per_run:
+            for cs in cells.values():
+                cs.values = {unit.named(k, units): [unit.value(k, x, units) or 0.0 for x in v]
+                             for k, v in cs.values.items()}
     first = details[0]
     for d, cells in zip(details[1:], per_run[1:], strict=True):
         if not cells.keys() & per_run[0].keys():
@@ -164,11 +172,11 @@ def compare_details(details: Sequence[RunDetail]) -> Comparison:
     return Comparison(details, network[0], with_mode, metrics, rows)
 
 
-def compare_runs(s: Session, refs: Sequence[str]) -> Comparison:
+def compare_runs(s: Session, refs: Sequence[str], units: str = "decimal") -> Comparison:
     """Resolve the run references (id, unique prefix, ``last``) and compare them; StoreError for an unknown one."""
     if len(refs) < 2:
         raise CompareError(f"compare needs at least 2 runs, got {len(refs)}")
-    return compare_details([run_detail(s, ref, light=True) for ref in refs])
+    return compare_details([run_detail(s, ref, light=True) for ref in refs], units)
 
 
 # --- JSON and CSV -------------------------------------------------------------------------------------

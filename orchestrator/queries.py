@@ -102,16 +102,39 @@ def app_metrics(res: Result) -> dict[str, float]:
 
 
 def cpu_figures(metrics: Any) -> dict[str, float | None]:
-    """fio's CPU over a step from a StepMetrics dump (``cpu``: labcontract.fioresult.CpuStats) as the figures compare,
-    the export and the reports name them; None for a result stored before it was kept, or a malformed value."""
+    """fio's CPU over a step from a StepMetrics dump (``cpu``: labcontract.fioresult.CpuStats), and the whole host's
+    (``host_cpu``: labcontract.hostcpu.HostCpu), as the figures compare, the export and the reports name them; None
+    for a result stored before it was kept, a host that reads none (Windows), or a malformed value."""
     cpu = metrics.get("cpu") if isinstance(metrics, dict) else None
     cpu = cpu if isinstance(cpu, dict) else {}
 
     def number(v: Any) -> float | None:
         return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
+    host = metrics.get("host_cpu") if isinstance(metrics, dict) else None
+    host = host if isinstance(host, dict) else {}
     return {"cpu_usr_pct": number(cpu.get("usr_pct")), "cpu_sys_pct": number(cpu.get("sys_pct")),
-            "cpu_us_per_io": number(cpu.get("us_per_io"))}
+            "cpu_us_per_io": number(cpu.get("us_per_io")),
+            # the whole host's over the step (labcontract.hostcpu), in % of all its CPUs
+            "host_cpu_pct": number(host.get("busy_pct")), "host_iowait_pct": number(host.get("iowait_pct")),
+            "host_cpu_us_per_io": number(host.get("us_per_io"))}
+
+
+def latency_figures(metrics: Any) -> dict[str, float | None]:
+    """The latency figures of a StepMetrics dump beyond the result's columns, in µs: total latency's p99.99 and
+    p99.999 (fio's ``lat``: submission + completion; p99.999 only where the step held 1,000,000 I/Os), and
+    completion latency's mean and p99 (fio's ``clat``); None where the dump lacks them (stored before they were
+    kept, or a step too short for p99.999)."""
+    c = metrics.get("combined") if isinstance(metrics, dict) else None
+    c = c if isinstance(c, dict) else {}
+
+    def us(v: Any) -> float | None:
+        return float(v) / 1000 if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+    total, clat = c.get("percentiles_ns"), c.get("clat_percentiles_ns")
+    total, clat = (total if isinstance(total, dict) else {}), (clat if isinstance(clat, dict) else {})
+    return {"lat_p99_99_us": us(total.get("p99.99")), "lat_p99_999_us": us(total.get("p99.999")),
+            "clat_mean_us": us(c.get("clat_mean_ns")), "clat_p99_us": us(clat.get("p99"))}
 
 
 def app_series(res: Result) -> dict[str, list[float]]:

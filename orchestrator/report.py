@@ -22,6 +22,7 @@ from orchestrator.queries import (
     app_point,
     cpu_figures,
     is_app_run,
+    latency_figures,
     point_dim_of,
     result_tool,
 )
@@ -30,8 +31,9 @@ from orchestrator.store.models import Result, Step
 # The four review metrics come first: throughput (read + write IOPS), average latency over all
 # I/Os, max latency, latency standard deviation over all I/Os (docs/metrics.md).
 COLUMNS = ("step", "state", "rw", "bs", "T x Q", "IOPS", "avg lat us", "max lat us", "lat stddev us",
-           "read IOPS", "write IOPS", "MB/s", "p99 us", "CPU us/IO")
-# (latencies are fio's total latency, lat_ns: submission + completion; CPU is fio's own, user + system, per I/O)
+           "read IOPS", "write IOPS", "MB/s", "p99 lat us", "p99 clat us", "CPU us/IO")
+# (lat: fio's total latency, lat_ns: submission + completion; clat: its completion latency, clat_ns; CPU is fio's
+# own, user + system, per I/O)
 
 
 def _us(ns: float | None) -> str:
@@ -56,7 +58,13 @@ def metric_cells(m: dict[str, Any]) -> list[str]:
     c = m["combined"]
     return [f"{c['iops']:,.0f}", _us(c.get("lat_mean_ns")), _us(c.get("lat_max_ns")), _us(c.get("lat_stddev_ns")),
             f"{m['read']['iops']:,.0f}", f"{m['write']['iops']:,.0f}", f"{c['bw_bytes'] / 1e6:,.1f}",
-            _us(c.get("percentiles_ns", {}).get("p99")), _cpu_per_io(m)]
+            _us(c.get("percentiles_ns", {}).get("p99")), _us((c.get("clat_percentiles_ns") or {}).get("p99")),
+            _cpu_per_io(m)]
+
+
+def _clat_p99(m: dict[str, Any] | None) -> str:
+    v = latency_figures(m)["clat_p99_us"]
+    return "-" if v is None else f"{v:,.1f}"
 
 
 def _cpu_per_io(m: dict[str, Any] | None) -> str:
@@ -72,7 +80,7 @@ def step_row(step: Step, result: Result | None) -> list[str]:
     bw = None if result.bw_bytes is None else result.bw_bytes / 1e6
     return [*head, _n(result.iops), _us(result.lat_mean_ns), _us(result.lat_max_ns),
             _us(result.lat_stddev_ns), _n(result.read_iops), _n(result.write_iops), _n(bw, "{:,.1f}"),
-            _us(result.lat_p99_ns), _cpu_per_io(result.metrics)]
+            _us(result.lat_p99_ns), _clat_p99(result.metrics), _cpu_per_io(result.metrics)]
 
 
 def table_rows(detail: RunDetail, *, rounds: bool = False) -> list[list[str]]:

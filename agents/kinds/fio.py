@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from agents.kinds.base import Host, Interlock, Launch, LiveFigures, LiveSource, StepKind, Targets, same_device
 from agents.platform import Platform
+from labcontract import hostcpu
 from labcontract.drivehealth import ARTIFACT as DRIVE_HEALTH
 from labcontract.errors import FioError
 from labcontract.facts import DeclaredDut
@@ -69,7 +70,8 @@ def written_duts(sections: Sequence[JobSection], duts: Sequence[DeclaredDut]) ->
 
 class FioKind(StepKind):
     action: ClassVar[str] = "fio"
-    artifacts: ClassVar[tuple[str, ...]] = ("job.fio", "fio.json", "fio.stderr", DRIVE_HEALTH)
+    artifacts: ClassVar[tuple[str, ...]] = ("job.fio", "fio.json", "fio.stderr", DRIVE_HEALTH, hostcpu.START,
+                                            hostcpu.END)
     reads_health: ClassVar[bool] = True
 
     def interlock(self, msg: StartStep, targets: Targets, host: Host) -> Interlock:

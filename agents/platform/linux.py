@@ -35,7 +35,9 @@ from labcontract.protocol import HealthCheck
 __all__ = ["WRAPPER", "LinuxPlatform", "nvme_critical_warning", "proc_start_ticks", "smartctl_health"]
 
 # the step's process runs under this shell so that its exit code is recorded even when the agent is away
-WRAPPER = '"$@" >fio.stdout 2>fio.stderr; echo $? >rc.tmp; mv rc.tmp rc'
+# (and reads the host's CPU counters just before and just after it: labcontract.hostcpu)
+WRAPPER = ('grep "^cpu" /proc/stat >host-cpu.start 2>/dev/null; "$@" >fio.stdout 2>fio.stderr; echo $? >rc.tmp; '
+           'grep "^cpu" /proc/stat >host-cpu.end 2>/dev/null; mv rc.tmp rc')
 def proc_start_ticks(pid: int) -> int | None:
     """Start time of a process (clock ticks since boot), or None if it is gone or a zombie."""
     try:

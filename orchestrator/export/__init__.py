@@ -33,8 +33,10 @@ def table_names(choice: str) -> list[str]:
     return [choice]
 
 
-def export(details: Sequence[RunDetail], fmt: str, table: str, output: Path | None, stdout: TextIO) -> list[Path]:
-    """Build the chosen tables of ``details`` and write them in format ``fmt``; the files written."""
+def export(details: Sequence[RunDetail], fmt: str, table: str, output: Path | None, stdout: TextIO,
+           units: str = "decimal") -> list[Path]:
+    """Build the chosen tables of ``details`` and write them in format ``fmt``, bandwidth in ``units``
+    (:mod:`orchestrator.units`); the files written."""
     if fmt not in FORMATS:
         raise ExportError(f"--format: unknown export format {fmt!r} (choose from {', '.join(sorted(FORMATS))})")
-    return FORMATS[fmt].write(build(details, table_names(table)), output, stdout)
+    return FORMATS[fmt].write(build(details, table_names(table), units), output, stdout)

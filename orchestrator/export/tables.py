@@ -12,14 +12,25 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator import units as unit
 from orchestrator.cells import cell_key, key_label
-from orchestrator.queries import APP_FIGURES, RunDetail, app_metrics, app_series, cpu_figures, result_tool
+from orchestrator.queries import (
+    APP_FIGURES,
+    RunDetail,
+    app_metrics,
+    app_series,
+    cpu_figures,
+    latency_figures,
+    result_tool,
+)
 from orchestrator.store.models import Result, Step
 
 Value = str | int | float | bool | None
 WORKLOAD_DIMS = ("rw", "bs", "numjobs", "iodepth", "rwmixread", "percentage_random")
 FIGURES = ("read_iops", "write_iops", "iops", "read_mb_s", "write_mb_s", "mb_s", "lat_mean_us", "lat_max_us",
-           "lat_stddev_us", "lat_p99_us", "cpu_usr_pct", "cpu_sys_pct", "cpu_us_per_io")
+           "lat_stddev_us", "lat_p99_us", "lat_p99_99_us", "lat_p99_999_us", "clat_mean_us", "clat_p99_us",
+           "cpu_usr_pct", "cpu_sys_pct", "cpu_us_per_io", "host_cpu_pct", "host_iowait_pct",
+           "host_cpu_us_per_io")
 DEVICE_FACTS = ("device_model", "device_serial", "device_firmware")
 STEP_HEAD = ("run", "suite", "host", "devices", "step", "kind", "round", "repeat", "cell", "dims", "op_mode",
              "profile")
@@ -86,7 +97,7 @@ def _metrics_figures(m: Mapping[str, Any]) -> dict[str, Value]:
             "read_mb_s": _mb(r.get("bw_bytes")), "write_mb_s": _mb(w.get("bw_bytes")), "mb_s": _mb(c.get("bw_bytes")),
             "lat_mean_us": _us(c.get("lat_mean_ns")), "lat_max_us": _us(c.get("lat_max_ns")),
             "lat_stddev_us": _us(c.get("lat_stddev_ns")),
-            "lat_p99_us": _us((c.get("percentiles_ns") or {}).get("p99")), **cpu_figures(m)}
+            "lat_p99_us": _us((c.get("percentiles_ns") or {}).get("p99")), **latency_figures(m), **cpu_figures(m)}
 
 
 def _measured(d: RunDetail) -> Iterator[tuple[Step, Result]]:
@@ -109,7 +120,8 @@ def result_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
                "read_iops": res.read_iops, "write_iops": res.write_iops, "iops": res.iops,
                "read_mb_s": _mb(res.read_bw_bytes), "write_mb_s": _mb(res.write_bw_bytes), "mb_s": _mb(res.bw_bytes),
                "lat_mean_us": _us(res.lat_mean_ns), "lat_max_us": _us(res.lat_max_ns),
-               "lat_stddev_us": _us(res.lat_stddev_ns), "lat_p99_us": _us(res.lat_p99_ns), **cpu_figures(res.metrics),
+               "lat_stddev_us": _us(res.lat_stddev_ns), "lat_p99_us": _us(res.lat_p99_ns),
+               **latency_figures(res.metrics), **cpu_figures(res.metrics),
                "runtime_s": res.runtime_ms / 1000, "fio_version": res.fio_version or None,
                **{f: _joined([dv.get(f.removeprefix("device_")) for dv in devs]) for f in DEVICE_FACTS}}
 
@@ -187,10 +199,36 @@ TABLES: dict[str, tuple[tuple[str, ...], Callable[[RunDetail], Iterator[dict[str
     "app_series": (APP_SERIES_COLUMNS, app_series_rows), "cells": (CELL_COLUMNS, cell_rows)}
 
 
-def build(details: Sequence[RunDetail], names: Sequence[str]) -> list[Table]:
-    """The named tables over every run, rows in run then plan order, keys in column order."""
+def build(details: Sequence[RunDetail], names: Sequence[str], units: str = "decimal") -> list[Table]:
+    """The named tables over every run, rows in run then plan order, keys in column order; bandwidth in
+    ``units`` (:mod:`orchestrator.units`: MB/s, or MiB/s with its columns named ``*_mib_s``)."""
     out = []
     for name in names:
         columns, rows = TABLES[name]
-        out.append(Table(name, columns, [{c: r.get(c) for c in columns} for d in details for r in rows(d)]))
+        out.append(in_units(Table(name, columns, [{c: r.get(c) for c in columns} for d in details for r in rows(d)]),
+                            units))
     return out
+
+
+SUMMARY_FIGURES = ("mean", "median", "stdev", "ci_low", "ci_high")   # a cells row's figures, in its metric's unit
+
+
+def in_units(table: Table, units: str) -> Table:
+    """The table with its bandwidth columns (and the cells table's bandwidth rows) in ``units``."""
+    if unit.check_units(units) == "decimal":
+        return table
+    rows = []
+    for r in table.rows:
+        row: dict[str, Value] = {unit.named(c, units): _scaled(c, v, units) for c, v in r.items()}
+        metric = r.get("metric")
+        if isinstance(metric, str) and unit.is_bandwidth(metric):
+            row |= {"metric": unit.named(metric, units), **{f: _scaled(metric, r.get(f), units)
+                                                            for f in SUMMARY_FIGURES}}
+        rows.append(row)
+    return Table(table.name, tuple(unit.named(c, units) for c in table.columns), rows)
+
+
+def _scaled(name: str, v: Value, units: str) -> Value:
+    if unit.is_bandwidth(name) and isinstance(v, int | float) and not isinstance(v, bool):
+        return unit.value(name, float(v), units)
+    return v

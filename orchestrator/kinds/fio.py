@@ -8,13 +8,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from labcontract import interlock
+from labcontract import hostcpu, interlock
 from labcontract.drivehealth import ARTIFACT as HEALTH_ARTIFACT
 from labcontract.drivehealth import parse_drive_health
 from labcontract.errors import FioError, ProtocolError, StepOutputError
 from labcontract.fiojob import device_section, render_job
 from labcontract.fioresult import StepMetrics, latency_bins, parse_fio_groups
 from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
+from labcontract.hostcpu import HostCpu
 from labcontract.protocol import StartStep
 from labcontract.suite import Workload
 from orchestrator import opmode, preconditioning
@@ -46,12 +47,13 @@ class FioKind(BaseKind):
 
     def store(self, ctx: KindContext, s: Session, att: Attempt, stored: Mapping[str, bytes]) -> None:
         try:
-            self._store(ctx, s, att, stored.get("fio.json", b""), drive_health(att, stored.get(HEALTH_ARTIFACT)))
+            self._store(ctx, s, att, stored.get("fio.json", b""), drive_health(att, stored.get(HEALTH_ARTIFACT)),
+                        stored)
         except FioError as e:
             raise StepOutputError(str(e)) from e
 
     def _store(self, ctx: KindContext, s: Session, att: Attempt, raw: bytes,
-               health: dict[str, Any] | None = None) -> None:
+               health: dict[str, Any] | None = None, stored: Mapping[str, bytes] | None = None) -> None:
         """Parse fio's output and store the result; a precondition round also decides whether another
         round follows."""
         step, run = att.step, att.step.run
@@ -60,11 +62,15 @@ class FioKind(BaseKind):
         # With --status-interval=1 (always for preconditioning; for every step of a live run) fio's output
         # is a stream of cumulative reports, the last the final one; the step keeps its per-second series.
         samples, metrics = parse_status_stream(raw, source=source)
+        metrics = metrics.model_copy(update={"host_cpu": host_cpu_of(att, stored or {}, metrics.combined.ios)})
         series = series_summary(samples)
         final = split_status_stream(raw, source=source)[-1]
         devices = run_devices(run)
         bins = latency_bins(final, source=source)
         lat_hist: dict[str, Any] | None = dict(bins[0]) if bins else None
+        clat = latency_bins(final, source=source, completion=True)   # completion latency, beside the total
+        if lat_hist is not None and clat and (clat[0]["read"] or clat[0]["write"]):
+            lat_hist["clat"] = dict(clat[0])
         if len(devices) > 1:
             groups = parse_fio_groups(final, source=source)
             per_device = {}
@@ -111,6 +117,19 @@ def fio_result(ctx: KindContext, s: Session, att: Attempt, metrics: StepMetrics,
                   fio_version=metrics.fio_version, metrics=metrics.model_dump(mode="json"),
                   per_device=per_device, series=series, lat_hist=lat_hist,
                   provenance=provenance, created_at=ctx.clock())
+
+
+def host_cpu_of(att: Attempt, stored: Mapping[str, bytes], ios: int) -> HostCpu | None:
+    """The host's CPU over the step from the agent's two /proc/stat readings (labcontract.hostcpu); None when the
+    agent sent none (Windows, an older agent) or a reading is refused, which is logged: the step's figures stand."""
+    start, end = stored.get(hostcpu.START), stored.get(hostcpu.END)
+    if not start or not end:
+        return None
+    try:
+        return hostcpu.host_cpu(start, end, ios)
+    except ValueError as e:
+        log.warning("host CPU over the step not recorded: %s", e, extra=ctx_of(att))
+        return None
 
 
 def drive_health(att: Attempt, raw: bytes | None) -> dict[str, Any] | None:

@@ -201,11 +201,11 @@ class ApiClient:
         """The run's HTML report (the page ``labctl report --html`` writes)."""
         return self._text(f"/api/runs/{_seg(run_id)}/report")
 
-    def compare(self, run_ids: Sequence[str], fmt: str = "html") -> str:
-        return self._text("/api/compare", [*(("run", r) for r in run_ids), ("format", fmt)])
+    def compare(self, run_ids: Sequence[str], fmt: str = "html", units: str = "decimal") -> str:
+        return self._text("/api/compare", [*(("run", r) for r in run_ids), ("format", fmt), ("units", units)])
 
-    def export(self, run_id: str, fmt: str = "csv", table: str = "results") -> str:
-        return self._text(f"/api/runs/{_seg(run_id)}/export", [("format", fmt), ("table", table)])
+    def export(self, run_id: str, fmt: str = "csv", table: str = "results", units: str = "decimal") -> str:
+        return self._text(f"/api/runs/{_seg(run_id)}/export", [("format", fmt), ("table", table), ("units", units)])
 
     def artifacts(self, run_id: str) -> list[dict[str, Any]]:
         return self._list(f"/api/runs/{_seg(run_id)}/artifacts")

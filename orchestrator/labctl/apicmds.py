@@ -168,14 +168,15 @@ def write_report(api: ApiClient, ref: str, html: Path) -> None:
     print(html)
 
 
-def export(api: ApiClient, refs: Sequence[str], fmt: str, table: str, output: Path | None) -> None:
+def export(api: ApiClient, refs: Sequence[str], fmt: str, table: str, output: Path | None,
+           units: str = "decimal") -> None:
     """``labctl export`` of one run through the API: to standard output, or to ``output`` (a file, or a
     directory: ``TABLE.csv`` / ``export.json`` in it)."""
     from labcontract.errors import ExportError, LabError
 
     if len(refs) != 1:
         raise ExportError("through --api, export one run at a time")
-    text = api.export(api.resolve(refs[0]), fmt, table)
+    text = api.export(api.resolve(refs[0]), fmt, table, units)
     if output is None:
         sys.stdout.write(text)
         return

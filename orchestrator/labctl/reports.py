@@ -24,6 +24,8 @@ def add_report_commands(app: typer.Typer) -> None:
 
 
 RUNS_HELP = "Run ids, unique prefixes, or 'last'."
+UNITS_HELP = ("decimal (MB/s: 10^6 bytes/s, as reviews print) or binary (MiB/s: 2^20 bytes/s, fio's family): every "
+              "bandwidth figure, named for its unit (mb_s / mib_s).")
 
 
 def _input_fails_2(fn: Callable[..., None]) -> Callable[..., None]:
@@ -60,6 +62,7 @@ def compare(
     = "table",
     html: Annotated[Path | None, typer.Option(help="Also write the comparison as an HTML report (charts with "
                                                    "the runs overlaid) to this file.")] = None,
+    units: Annotated[str, typer.Option(help=UNITS_HELP)] = "decimal",
 ) -> None:
     """Runs side by side, cell by cell (profile, swept values; OP mode when a run holds several; network:
     MTU and path mode): the four review metrics and MB/s (network: Gbps), each the mean over the cell's
@@ -73,7 +76,7 @@ def compare(
     if format not in ("table", *FORMATS):
         raise CompareError(f"--format: unknown format {format!r} (choose from table, {', '.join(FORMATS)})")
     with _sessions()() as s:
-        c = compare_runs(s, runs)
+        c = compare_runs(s, runs, units)
         if format == "table":
             print_comparison(out, c)
         else:
@@ -131,6 +134,7 @@ def export(
                                                      "file; default: standard output (csv: one table).")] = None,
     table: Annotated[str, typer.Option(help="results, devices (device groups), paths (network), series "
                                             "(per second), or all.")] = "results",
+    units: Annotated[str, typer.Option(help=UNITS_HELP)] = "decimal",
 ) -> None:
     """Export runs' figures for scripts and spreadsheets; the columns are listed in docs/metrics.md
     ("Export columns"); a missing value is an empty CSV field or a JSON null."""
@@ -140,8 +144,8 @@ def export(
     from orchestrator.queries import run_detail
 
     if (api_ := api_client()) is not None:
-        return api_export(api_, runs, format, table, output)
+        return api_export(api_, runs, format, table, output, units)
     with _sessions()() as s:
         details = [run_detail(s, ref) for ref in runs]
-        for path in write_export(details, format, table, output, sys.stdout):
+        for path in write_export(details, format, table, output, sys.stdout, units):
             print(path)

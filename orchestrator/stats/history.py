@@ -168,6 +168,7 @@ class _Row:
     lat_mean_ns: float | None
     lat_max_ns: float | None
     lat_stddev_ns: float | None
+    lat_p99_ns: float | None
     metrics: dict[str, Any] | None = None
 
 
@@ -208,7 +209,7 @@ def _device_ids(s: Session, runs: Sequence[_RunRow], run_ids: Any) -> dict[str, 
 def _steps(s: Session, runs: dict[str, _RunRow], run_ids: Any) -> None:
     """Every measured (storage, application) step of the runs with its result's figures: two queries."""
     cols = (Step.run_id, Step.id, Step.kind, Step.cell, Step.fingerprint, Result.iops, Result.bw_bytes,
-            Result.lat_mean_ns, Result.lat_max_ns, Result.lat_stddev_ns)
+            Result.lat_mean_ns, Result.lat_max_ns, Result.lat_stddev_ns, Result.lat_p99_ns)
     seen: dict[str, tuple[_RunRow, int]] = {}
     for kind, extra in (("measure", ()), ("app", (Result.metrics,))):
         query = (select(*cols, *extra, Result.id).outerjoin(Result, Result.step_id == Step.id)
@@ -217,7 +218,7 @@ def _steps(s: Session, runs: dict[str, _RunRow], run_ids: Any) -> None:
             run = runs.get(row[0])
             if run is None or run.network:
                 continue
-            res = None if row[-1] is None else _Row(*row[5:10], *(row[10:11] if extra else ()))
+            res = None if row[-1] is None else _Row(*row[5:11], *(row[11:12] if extra else ()))
             entry = (str(row[2]), row[3] if isinstance(row[3], dict) else {}, res, str(row[4] or ""))
             if row[1] in seen:              # a step with several results (reruns): the latest
                 r, i = seen[row[1]]

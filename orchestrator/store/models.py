@@ -231,7 +231,8 @@ class Result(Base):
     series: Mapped[dict[str, Any] | None] = mapped_column()       # per-second columns (precondition)
     per_path: Mapped[dict[str, Any] | None] = mapped_column()     # network step: path -> Gbps, IOPS, MTU...
     # fio json+ total-latency bins merged over the step's jobs (labcontract.fioresult.latency_bins):
-    # {"read": [[ns, count], ...], "write": [...], "per_device": {path: {"read", "write"}}} (groups only);
+    # {"read": [[ns, count], ...], "write": [...], "per_device": {path: {"read", "write"}}} (groups only),
+    # "clat": {"read", "write"} (completion latency's bins; absent in results stored before it was kept);
     # None for network steps and results stored before schema 0009
     lat_hist: Mapped[dict[str, Any] | None] = mapped_column()
     provenance: Mapped[dict[str, Any]] = mapped_column()   # host facts + DUT at the time

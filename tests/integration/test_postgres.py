@@ -158,3 +158,76 @@ def test_sizes_beyond_32_bits_round_trip(pg_server: PgServer) -> None:  # noqa: 
             assert c.scalar(text("SELECT size_bytes FROM devices")) == TB4
     finally:
         engine.dispose()
+
+
+def test_0014_fingerprints_steps_on_postgres_and_results_stored_before_keep_reading(
+        pg_server: PgServer) -> None:  # noqa: F811
+    """Schema 0014 on PostgreSQL: the steps stored at 0013 get the fingerprint of what they ran (the same workload on
+    another device the same one, another engine another, no job text none), a result stored before the lab kept
+    completion latency, fio's and the host's CPU reads in compare's figures and the export with those empty, and
+    the downgrade removes the column."""
+    import io
+    import json
+
+    from alembic import command
+
+    from orchestrator.cellmetrics import storage_values
+    from orchestrator.export import export
+    from orchestrator.queries import run_detail
+    from orchestrator.store.fingerprint import fingerprint
+
+    engine = make_engine(pg_server.create_database("fp0014"))
+    try:
+        command.upgrade(alembic_config(engine), "0013")
+        job = "[global]\nfilename={dev}\nioengine={engine}\ndirect=1\nruntime=60\n\n[w]\nrw=randread\nbs=4k\n"
+        rows = {"r1-s000": job.format(dev="/dev/nvme0n1", engine="libaio"),
+                "r1-s001": job.format(dev="/dev/nvme1n1", engine="libaio"),
+                "r1-s002": job.format(dev="/dev/nvme0n1", engine="psync"), "r1-s003": ""}
+        old_metrics = {"fio_version": "fio-3.33", "jobs": 1, "runtime_ms": 1000, "errors": 0,
+                       "read": {"ios": 1000, "io_bytes": 4096000, "iops": 1000.0, "bw_bytes": 4096000.0,
+                                "runtime_ms": 1000, "lat": None},
+                       "write": {"ios": 0, "io_bytes": 0, "iops": 0.0, "bw_bytes": 0.0, "runtime_ms": 0, "lat": None},
+                       "combined": {"iops": 1000.0, "bw_bytes": 4096000.0, "ios": 1000, "lat_mean_ns": 90000.0,
+                                    "lat_max_ns": 900000.0, "lat_stddev_ns": 9000.0,
+                                    "percentiles_ns": {"p99": 300000.0}}}
+        with engine.begin() as c:
+            c.execute(text(
+                "INSERT INTO runs (id, suite_name, suite_source, suite_text, suite_sha256, host, device, state, reason,"
+                " priority, submitted_at) VALUES ('r1', 's', 's.yaml', 'suite: s', 'x', 'h1', '/dev/nvme0n1',"
+                " 'SUCCEEDED', '', 0, 1.0)"))
+            for seq, (sid, job_text) in enumerate(rows.items()):
+                c.execute(text(
+                    "INSERT INTO steps (id, run_id, seq, name, job_text, state, reason, kind, cell, note, round, host)"
+                    " VALUES (:id, 'r1', :seq, 'w', :t, 'SUCCEEDED', '', 'measure', :cell, '', 0, '')"),
+                    {"id": sid, "seq": seq, "t": job_text, "cell": json.dumps({"profile": f"p{seq}"})})
+            c.execute(text("INSERT INTO attempts (id, step_id, number, host, device, state, reason, timeout_s, "
+                           "dispatch_count) VALUES ('r1-s000-a1', 'r1-s000', 1, 'h1', '/dev/nvme0n1', 'SUCCEEDED', "
+                           "'', 60, 1)"))
+            c.execute(text(
+                "INSERT INTO results (attempt_id, step_id, run_id, kind, tool, tool_version, throughput, "
+                "throughput_unit, iops, bw_bytes, lat_mean_ns, lat_max_ns, lat_stddev_ns, lat_p99_ns, runtime_ms, "
+                "fio_version, metrics, provenance, created_at) VALUES ('r1-s000-a1', 'r1-s000', 'r1', 'fio', 'fio', "
+                "'fio-3.33', 1000, 'IOPS', 1000, 4096000, 90000, 900000, 9000, 300000, 1000, 'fio-3.33', :m, '{}', "
+                "2.0)"), {"m": json.dumps(old_metrics)})
+        migrate(engine)
+        with sessions(engine)() as s:
+            got = {st.id: st.fingerprint for st in s.scalars(select(Step))}
+            assert got["r1-s000"] == got["r1-s001"] == fingerprint("measure", rows["r1-s000"]) != ""
+            assert got["r1-s002"] not in ("", got["r1-s000"]) and got["r1-s003"] == ""
+            d = run_detail(s, "r1")
+            values = storage_values(d.results["r1-s000"])
+            assert values["iops"] == 1000.0 and values["lat_p99_us"] == 300.0
+            assert [values[k] for k in ("clat_p99_us", "lat_p99_99_us", "cpu_us_per_io", "host_cpu_pct")] == \
+                [None] * 4
+            buf = io.StringIO()
+            export([d], "json", "results", None, buf, "binary")
+        (row,) = json.loads(buf.getvalue())["results"]
+        assert row["mib_s"] == pytest.approx(4096000 / 2**20) and row["clat_p99_us"] is None
+        assert row["host_cpu_pct"] is None and row["lat_p99_us"] == 300.0
+        command.downgrade(alembic_config(engine), "0013")
+        assert "fingerprint" not in {c["name"] for c in inspect(engine).get_columns("steps")}
+        migrate(engine)
+        with engine.connect() as c:
+            assert c.scalars(text("SELECT fingerprint FROM steps WHERE id = 'r1-s001'")).one() == got["r1-s001"]
+    finally:
+        engine.dispose()

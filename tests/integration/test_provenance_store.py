@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from labcontract.fioresult import percentiles_from_bins
+from labcontract.fioresult import bin_percentiles
 from orchestrator.provenance import describe
 from tests.conftest import LabHandle
 
@@ -39,12 +39,19 @@ def test_group_result_stores_lat_hist_and_devices_with_driver(fresh_lab: LabHand
     hist = res.lat_hist
     assert hist is not None and hist["read"] and hist["write"]
     assert sum(c for _ns, c in hist["read"]) == res.metrics["read"]["lat"]["samples"]
-    assert {k: float(v) for k, v in percentiles_from_bins(_merged(hist)).items()} == \
+    assert {k: float(v) for k, v in bin_percentiles(_merged(hist)).items()} == \
         res.metrics["combined"]["percentiles_ns"]
+    # completion latency beside the total, from its own bins; the whole host's CPU over the step
+    assert bin_percentiles(_merged(hist["clat"])) == res.metrics["combined"]["clat_percentiles_ns"]
+    assert res.metrics["combined"]["clat_mean_ns"] <= res.metrics["combined"]["lat_mean_ns"]
+    host = res.metrics["host_cpu"]
+    assert host is not None and host["cpus"] >= 1 and 0 <= host["busy_pct"] <= 100 and host["us_per_io"] > 0
+    sent = {a.name for at in st.attempts if at.id == res.attempt_id for a in at.artifacts}
+    assert {"host-cpu.start", "host-cpu.end", "fio.json"} <= sent, sent
     assert list(hist["per_device"]) == d.run.devices
     assert res.per_device is not None
     for path, dev_hist in hist["per_device"].items():
-        assert percentiles_from_bins(_merged(dev_hist)) == res.per_device[path]["combined"]["percentiles_ns"]
+        assert bin_percentiles(_merged(dev_hist)) == res.per_device[path]["combined"]["percentiles_ns"]
 
     devices = res.provenance["devices"]
     assert [x["path"] for x in devices] == d.run.devices == [lab.duts["dut0"].path, lab.duts["dut1"].path]

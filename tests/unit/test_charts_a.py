@@ -170,6 +170,25 @@ def test_latency_percentiles_equal_fio_rule_on_the_merged_bins(stock: RunDetail)
     assert ">fraction of I/Os slower (log scale)<" in f.svg and "total latency (" in f.svg
 
 
+def test_completion_latency_stands_beside_the_total_in_the_table() -> None:
+    """A result that kept fio's clat bins gets a "completion" row under each "total" row, by the same rule from its
+    own bins; a result stored before the lab kept them has total rows only."""
+    run = only(enterprise_run("r-clat-000007", precondition=False), "4k-random")
+    _, res = step_named(run, "4k-random.r100")
+    total = res.lat_hist or {}
+    assert all(r[3] == "total" for r in by_id(figs([run], "latency"), "latency-0").table.rows)
+    clat = {d: [[max(1, ns - 2000), c] for ns, c in total.get(d) or []] for d in ("read", "write")}
+    res.lat_hist = {**total, "clat": clat}
+    f = by_id(figs([run], "latency"), "latency-0")
+    rows = [r for r in f.table.rows if r[1] == "4k-random rwmixread=100" and r[2] == "read + write"]
+    assert [r[3] for r in rows] == ["total", "completion"]
+    unit = f.table.headers[col(f, lambda h: h.startswith("p99 ("))]
+    text = fmt.us if unit.endswith("(µs)") else fmt.ms
+    cbins = latency.merge(latency.bins_of(clat["read"]), latency.bins_of(clat["write"]))
+    assert rows[1][col(f, unit)] == text(percentiles_from_bins(cbins)["p99"])
+    assert "completion latency (fio's clat" in f.caption
+
+
 def test_many_cells_are_cut_to_the_extremes_or_to_the_named_ones(stock: RunDetail) -> None:
     f = by_id(figs([stock], "latency"), "latency-1")           # the 16-cell ladder
     assert f.n == "n = 1 run, 8 cells" and "8 other cell(s) of 8k-7030 left out" in f.caption

@@ -149,6 +149,25 @@ def test_stock_meets_hp_cell_by_cell_with_the_difference_in_percent(db: sessionm
     assert "+25.0%" in text and "-25.0%" in text and "-20.0%" in text and "None" not in text
 
 
+def test_units_binary_gives_bandwidth_in_mib_s_and_keeps_every_ratio(db: sessionmaker[Session]) -> None:
+    """``compare --units binary``: the metric is mib_s (MiB/s, headed so), its values 2^20-based; a difference in %,
+    the p of a verdict and the other figures are the same as in decimal. An unknown unit is refused."""
+    with db() as s:
+        add_run(s, "a", [(c4k(100), figures(1000.0))])
+        add_run(s, "b", [(c4k(100), figures(1250.0))])
+        dec, binary = compare_runs(s, ["a", "b"]), compare_runs(s, ["a", "b"], "binary")
+        with pytest.raises(Exception, match="--units: unknown units 'kb'"):
+            compare_runs(s, ["a", "b"], "kb")
+    assert [m.name for m in binary.metrics] == [m.name.replace("mb_s", "mib_s") for m in dec.metrics]
+    assert next(m.title for m in binary.metrics if m.name == "mib_s") == "MiB/s"
+    assert binary.rows[0].entries[1].values["mib_s"] == pytest.approx(1250.0 * 4096 / 2**20)
+    assert binary.rows[0].diff(1, "mib_s") == pytest.approx(dec.rows[0].diff(1, "mb_s"))
+    assert binary.rows[0].entries[1].values["iops"] == dec.rows[0].entries[1].values["iops"]
+    doc = json.loads(as_json(binary))
+    assert "mib_s" in doc["cells"][0]["runs"][1] and "mb_s" not in doc["cells"][0]["runs"][1]
+    assert "mib_s" in csv_columns(binary) and "MiB/s" in printed(binary) and "MB/s" not in printed(binary)
+
+
 def test_one_device_under_linux_and_under_windows_is_told_apart_by_the_os_its_results_recorded(
         db: sessionmaker[Session]) -> None:
     linux = ("Debian GNU/Linux 12 (bookworm)", "linux")
@@ -187,7 +206,8 @@ def test_three_runs_each_against_the_first_and_unmatched_cells_last(db: sessionm
     assert [r["id"] for r in doc["runs"]] == ["r1", "r2", "r3"] and doc["format_version"] == 1
     assert doc["cells"][0]["runs"][2]["vs_first_pct"]["iops"] == pytest.approx(10.0)
     none = {"iops": None, "mb_s": None, "lat_mean_us": None, "lat_max_us": None, "lat_stddev_us": None,
-            "cpu_usr_pct": None, "cpu_sys_pct": None, "cpu_us_per_io": None}
+            "lat_p99_us": None, "lat_p99_99_us": None, "clat_p99_us": None, "cpu_usr_pct": None, "cpu_sys_pct": None,
+            "cpu_us_per_io": None, "host_cpu_pct": None}
     assert doc["cells"][1]["runs"][0] == {"run": "r1", "step": None, "op_mode": None, **none,
                                           "vs_first_pct": none, "repeats": 0, "steps": [], "stats": none,
                                           "verdicts": none}
@@ -209,7 +229,8 @@ def test_op_mode_is_matched_when_a_run_holds_several(db: sessionmaker[Session]) 
     assert "cells matched by profile and swept values and OP mode" in printed(c)
 
 
-STORAGE = ("iops", "mb_s", "lat_mean_us", "lat_max_us", "lat_stddev_us", "cpu_usr_pct", "cpu_sys_pct", "cpu_us_per_io")
+STORAGE = ("iops", "mb_s", "lat_mean_us", "lat_max_us", "lat_stddev_us", "lat_p99_us", "lat_p99_99_us", "clat_p99_us",
+           "cpu_usr_pct", "cpu_sys_pct", "cpu_us_per_io", "host_cpu_pct")
 
 
 def test_csv_is_long_format_with_documented_columns_and_empty_missing_values(db: sessionmaker[Session]) -> None:

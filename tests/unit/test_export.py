@@ -118,3 +118,49 @@ def test_outputs_and_refusals(details: list[RunDetail], tmp_path: Path) -> None:
         export(details, "xls", "results", None, io.StringIO())
     with pytest.raises(ExportError, match="--table: unknown table 'nope'"):
         export(details, "csv", "nope", None, io.StringIO())
+
+
+def test_units_binary_names_every_bandwidth_for_its_unit_and_converts_it(details: list[RunDetail]) -> None:
+    """``--units binary``: the bandwidth columns are *_mib_s (MiB/s = bytes/s / 2^20) and the cells table's mb_s rows
+    mib_s, every summary figure converted, the CoV unchanged; nothing else moves. An unknown unit is refused."""
+    def table(units: str, name: str) -> list[dict[str, str]]:
+        buf = io.StringIO()
+        export(details, "csv", name, None, buf, units)
+        return list(csv.DictReader(io.StringIO(buf.getvalue())))
+
+    dec, binary = table("decimal", "results"), table("binary", "results")
+    assert "mb_s" in dec[0] and "mib_s" not in dec[0]
+    assert [c for c in binary[0] if "mb_s" in c] == [] and {"read_mib_s", "write_mib_s", "mib_s"} <= set(binary[0])
+    res = next(iter(details[0].results.values()))
+    assert float(binary[0]["mib_s"]) == pytest.approx(res.bw_bytes / 2**20, rel=1e-12)
+    assert float(binary[0]["read_mib_s"]) == pytest.approx(float(dec[0]["read_mb_s"]) * 1e6 / 2**20, rel=1e-12)
+    assert {k: v for k, v in binary[0].items() if "mib" not in k} == {
+        k: v for k, v in dec[0].items() if "mb_s" not in k}
+    dev_b = table("binary", "devices")
+    assert float(dev_b[0]["mib_s"]) == pytest.approx(1200.0 * 4096 / 2**20)
+    cells_d = {r["metric"]: r for r in table("decimal", "cells")}
+    cells_b = {r["metric"]: r for r in table("binary", "cells")}
+    assert "mb_s" in cells_d and "mib_s" in cells_b and "mb_s" not in cells_b
+    assert float(cells_b["mib_s"]["mean"]) == pytest.approx(float(cells_d["mb_s"]["mean"]) * 1e6 / 2**20)
+    assert cells_b["mib_s"]["cov_pct"] == cells_d["mb_s"]["cov_pct"] and cells_b["iops"] == cells_d["iops"]
+    with pytest.raises(Exception, match="--units: unknown units 'si'"):
+        export(details, "csv", "results", None, io.StringIO(), "si")
+
+
+def test_completion_and_tail_latency_columns_read_the_stored_dump(tmp_path: Path) -> None:
+    """lat_p99_99_us, lat_p99_999_us, clat_mean_us and clat_p99_us come from the result's StepMetrics dump; a result
+    stored before they were kept leaves them empty."""
+    db: sessionmaker[Session] = make_store(tmp_path / "s.sqlite")
+    with db() as s:
+        add_run(s, "old", [(c4k(70), figures(1000.0))])
+        add_run(s, "new", [(c4k(70), figures(1000.0))])
+        res = run_detail(s, "new").results["new-s000"]
+        res.metrics = {"combined": {"percentiles_ns": {"p99": 300_000, "p99.99": 900_000, "p99.999": 2_000_000},
+                                    "clat_mean_ns": 95_000, "clat_percentiles_ns": {"p99": 280_000}}}
+        s.commit()
+        buf = io.StringIO()
+        export([run_detail(s, "old"), run_detail(s, "new")], "json", "results", None, buf)
+    old, new = json.loads(buf.getvalue())["results"]
+    assert [old[k] for k in ("lat_p99_99_us", "lat_p99_999_us", "clat_mean_us", "clat_p99_us")] == [None] * 4
+    assert [new[k] for k in ("lat_p99_99_us", "lat_p99_999_us", "clat_mean_us", "clat_p99_us")] == [
+        900.0, 2000.0, 95.0, 280.0]

@@ -20,10 +20,11 @@ from pydantic import ValidationError
 
 from labcontract.errors import FioError
 from labcontract.fioresult import (
-    PERCENTILE_KEYS,
     PERCENTILE_POINTS,
+    TAIL_BEYOND,
     LatencyStats,
     StepMetrics,
+    bin_percentiles,
     latency_bins,
     parse_fio_output,
     percentile_key,
@@ -168,7 +169,7 @@ def test_percentiles_from_bins_rule() -> None:
     }
     assert percentiles_from_bins({}) == {}
     assert percentiles_from_bins({5: 0}) == {}
-    assert percentiles_from_bins({7: 1}) == dict.fromkeys(PERCENTILE_KEYS, 7.0)
+    assert percentiles_from_bins({7: 1}) == {percentile_key(p): 7.0 for p in PERCENTILE_POINTS}
     assert percentiles_from_bins(bins, points=(25, 99.5)) == {"p25": 100.0, "p99.5": 400.0}
     with pytest.raises(ValueError):
         percentiles_from_bins(bins, points=(0,))
@@ -223,10 +224,12 @@ def test_bin_percentiles_equal_fios_own(
             continue
         assert sum(_bins(lat).values()) == lat["N"]
         assert stats is not None
-        assert set(stats.percentiles_ns) == PERCENTILE_KEYS
+        asked = {percentile_key(p) for p in PERCENTILE_POINTS}
+        tail = {"p99.999"} if lat["N"] >= 1_000_000 else set()
+        assert set(stats.percentiles_ns) == asked | tail
         # computed from the bins, not copied: must agree exactly with fio's own numbers
         assert percentiles_from_bins(_bins(lat)) == _fio_pcts(lat)
-        assert stats.percentiles_ns == _fio_pcts(lat)
+        assert {k: v for k, v in stats.percentiles_ns.items() if k in asked} == _fio_pcts(lat)
         assert stats.samples == lat["N"]
         assert (stats.min_ns, stats.max_ns) == (lat["min"], lat["max"])
         assert stats.mean_ns == lat["mean"] and stats.stddev_ns == lat["stddev"]
@@ -269,7 +272,7 @@ def test_combined_is_consistent(name: str, parsed: dict[str, StepMetrics]) -> No
     assert c.lat_mean_ns == pytest.approx(sum(x.mean_ns * x.samples for x in lats) / n, rel=1e-12)
     assert c.lat_max_ns == max(x.max_ns for x in lats)
     assert c.lat_stddev_ns is not None and c.lat_stddev_ns >= min(x.stddev_ns for x in lats) * 0.5
-    assert set(c.percentiles_ns) == PERCENTILE_KEYS
+    assert {percentile_key(p) for p in PERCENTILE_POINTS} <= set(c.percentiles_ns)
     values = [c.percentiles_ns[percentile_key(p)] for p in PERCENTILE_POINTS]
     assert values == sorted(values)
     # a merged percentile lies between the per-direction ones
@@ -300,7 +303,11 @@ def test_combined_matches_fios_mixed_report(
     # fio pools full-precision values; we pool the 6-decimal printed ones
     assert c.lat_mean_ns == pytest.approx(lat["mean"], rel=1e-9)
     assert c.lat_stddev_ns == pytest.approx(lat["stddev"], rel=1e-9)
-    assert c.percentiles_ns == _fio_pcts(lat)
+    assert {k: v for k, v in c.percentiles_ns.items() if k != "p99.999"} == _fio_pcts(lat)
+    # completion latency beside the total, from its own bins: fio's own mixed clat percentiles
+    clat = mixed["clat_ns"]
+    assert {k: v for k, v in c.clat_percentiles_ns.items() if k != "p99.999"} == _fio_pcts(clat)
+    assert c.clat_mean_ns == pytest.approx(clat["mean"], rel=1e-9)
 
 
 @needs_fio
@@ -524,3 +531,50 @@ def test_output_without_cpu_figures_has_none_and_absurd_ones_are_refused(fio_jso
     doc["jobs"][0]["sys_cpu"] = -1.0
     with pytest.raises(FioError, match="sys_cpu out of range"):
         parse_fio_output(json.dumps(doc))
+
+
+@needs_fio
+@pytest.mark.parametrize("name", SINGLE_ENTRY)
+def test_completion_latency_is_kept_beside_the_total_from_its_own_bins(
+    name: str, fio_json: dict[str, dict[str, Any]], parsed: dict[str, StepMetrics], fio_out: dict[str, str]
+) -> None:
+    """fio's clat_ns (what fio prints by default) is read into ``clat`` with its own bins and percentiles, equal to
+    fio's; the total stays in ``lat``: the two are never mixed (completion never exceeds total on average)."""
+    job, m = fio_json[name]["jobs"][0], parsed[name]
+    clat_bins = latency_bins(fio_out[name], completion=True)
+    assert clat_bins is not None
+    for ddir in ("read", "write"):
+        clat, stats = job[ddir]["clat_ns"], getattr(m, ddir).clat
+        if clat["N"] == 0:
+            assert stats is None
+            continue
+        assert stats is not None and stats.samples == clat["N"]
+        assert (stats.min_ns, stats.max_ns, stats.mean_ns, stats.stddev_ns) == (
+            clat["min"], clat["max"], clat["mean"], clat["stddev"])
+        assert {k: v for k, v in stats.percentiles_ns.items() if k != "p99.999"} == _fio_pcts(clat)
+        total = getattr(m, ddir).lat
+        assert total is not None and stats.mean_ns <= total.mean_ns
+        assert {ns: c for ns, c in clat_bins[0][ddir]} == {k: v for k, v in _bins(clat).items() if v > 0}
+    assert m.combined.clat_mean_ns is not None and m.combined.clat_mean_ns <= (m.combined.lat_mean_ns or 0)
+
+
+def test_the_99_999th_percentile_is_given_only_when_the_sample_holds_it() -> None:
+    """p99.999 comes from the bins when at least TAIL_BEYOND I/Os lie beyond it (1,000,000 I/Os), never from
+    fewer: below that it would be one of the largest few samples."""
+    need = round(TAIL_BEYOND / 1e-5)
+    assert need == 1_000_000
+    held = bin_percentiles({100: need - 20, 500: 15, 9000: 5})
+    assert held["p99.999"] == 500.0 and held["p99.99"] == 100.0 and held["p50"] == 100.0
+    assert "p99.999" not in bin_percentiles({100: need - 21, 500: 15, 9000: 5})
+
+
+def test_a_result_stored_before_completion_latency_was_kept_still_reads(parsed: dict[str, StepMetrics]) -> None:
+    """A StepMetrics dump without clat fields (stored before) validates: clat None, no clat percentiles."""
+    dump = parsed["randread"].model_dump(mode="json")
+    for d in ("read", "write"):
+        dump[d].pop("clat")
+    dump["combined"].pop("clat_mean_ns")
+    dump["combined"].pop("clat_percentiles_ns")
+    old = StepMetrics.model_validate(dump)
+    assert old.read.clat is None and old.combined.clat_mean_ns is None and old.combined.clat_percentiles_ns == {}
+    assert old.combined.percentiles_ns == parsed["randread"].combined.percentiles_ns

@@ -2,8 +2,10 @@
 
 x = total latency (log scale, µs, or ms when a figure reaches 1 ms), y = the fraction of I/Os slower than x
 (log scale, down to 1e-6): the tail a reviewer reads as "1 in 10,000 I/Os took over 2 ms". The curve is drawn
-from the merged read + write bins; the table beneath gives p50, p90, p99, p99.9, p99.99 and the largest bin per
-direction (read, write, read + write), computed from the bins with
+from the merged read + write bins; the table beneath gives p50, p90, p99, p99.9, p99.99, p99.999 (where 10 I/Os lie
+beyond it) and the largest bin per direction (read, write, read + write), for the total latency and, beside it, the
+completion latency (fio's ``clat``, from its own bins, ``lat_hist["clat"]``; results stored before it have none),
+computed from the bins with
 :func:`labcontract.fioresult.percentiles_from_bins`, so they equal what fio reports.
 
 Which cells: one figure per profile, its cells overlaid, one line per run x cell. A profile with more lines
@@ -29,7 +31,7 @@ from typing import Any
 
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-from labcontract.fioresult import percentiles_from_bins
+from labcontract.fioresult import TAIL_BEYOND, percentiles_from_bins
 from orchestrator.cells import CellKey, cell_key, key_label
 from orchestrator.htmlreport import fmt, plot
 from orchestrator.htmlreport.model import (
@@ -49,8 +51,8 @@ MIN_FRACTION = 1e-6
 POINTS = (50.0, 90.0, 99.0, 99.9, 99.99, 99.999)
 HEADERS = ["p50", "p90", "p99", "p99.9", "p99.99", "p99.999", "max"]
 # a percentile is shown only when the histogram holds enough I/Os for it: at least 10 beyond it (p99.999: 1,000,000
-# I/Os); below that it would be the largest few samples, which "max" already says
-BEYOND = 10
+# I/Os); below that it would be the largest few samples, which "max" already says (the rule of the stored figures)
+BEYOND = TAIL_BEYOND
 Bins = dict[int, int]
 
 
@@ -108,6 +110,7 @@ class Entry:
     res: Result
     hist: dict[str, Bins] | None          # read, write, total
     devices: dict[str, Bins]              # device path -> read + write bins
+    clat: dict[str, Bins] | None = None   # completion latency's read, write, total (None: not stored)
 
     @property
     def op_mode(self) -> str:
@@ -129,7 +132,7 @@ class Entry:
 
 def _entry(view: RunView, ctx: ReportContext, st: Step, res: Result) -> Entry | None:
     raw = res.lat_hist
-    hist = None
+    hist = clat = None
     devices: dict[str, Bins] = {}
     if isinstance(raw, dict):
         r, w = bins_of(raw.get("read")), bins_of(raw.get("write"))
@@ -138,7 +141,11 @@ def _entry(view: RunView, ctx: ReportContext, st: Step, res: Result) -> Entry | 
             b = merge(bins_of((d or {}).get("read")), bins_of((d or {}).get("write")))
             if b:
                 devices[str(path)] = b
-    e = Entry(view, st, ctx.key(st), res, hist, devices)
+        c = raw.get("clat")
+        if isinstance(c, dict):
+            cr, cw = bins_of(c.get("read")), bins_of(c.get("write"))
+            clat = {"read": cr, "write": cw, "total": merge(cr, cw)} if cr or cw else None
+    e = Entry(view, st, ctx.key(st), res, hist, devices, clat if isinstance(raw, dict) else None)
     return e if hist is not None or any(e.reported().values()) else None
 
 
@@ -196,7 +203,7 @@ class Line:
 
 def _draw(fid: str, title: str, lines: Sequence[Line], rows: list[list[Any]], caption: str,
           n: str) -> Figure | None:
-    """An exceedance figure; rows: [run, cell, direction, ns values of HEADERS]."""
+    """An exceedance figure; rows: [run, cell, direction, latency (total / completion), ns values of HEADERS]."""
     top = max((ln.top() for ln in lines), default=0.0)
     if top <= 0:
         return None
@@ -226,8 +233,8 @@ def _draw(fid: str, title: str, lines: Sequence[Line], rows: list[list[Any]], ca
         ax.set_ylabel("fraction of I/Os slower (log scale)")
         ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01), fontsize=6.5)   # above the plot: never on a curve
         svg = plot.to_svg(fig, fid)
-    table = Table(["run", "cell", "direction", *(f"{h} ({unit})" for h in HEADERS)],
-                  [[str(r[0]), str(r[1]), str(r[2]), *(text(v) for v in r[3:])] for r in rows])
+    table = Table(["run", "cell", "direction", "latency", *(f"{h} ({unit})" for h in HEADERS)],
+                  [[str(r[0]), str(r[1]), str(r[2]), str(r[3]), *(text(v) for v in r[4:])] for r in rows])
     return Figure("latency", fid, title, svg, table, n, points, caption)
 
 
@@ -237,14 +244,16 @@ def _rows(e: Entry) -> list[list[Any]]:
     if e.hist is not None:
         for d, k in (("read", "read"), ("write", "write"), ("read + write", "total")):
             if e.hist[k]:
-                out.append([label, cell, d, *stats(e.hist[k])])
+                out.append([label, cell, d, "total", *stats(e.hist[k])])
+            if e.clat is not None and e.clat[k]:
+                out.append([label, cell, d, "completion", *stats(e.clat[k])])
         return out
     m: Mapping[str, Any] = e.res.metrics or {}
     for d, p in e.reported().items():
         if p:
             mx = (m.get("combined") or {}).get("lat_max_ns") if d == "read + write" else \
                 (((m.get(d) or {}).get("lat") or {}).get("max_ns"))
-            out.append([label, cell, f"{d} (fio)", *(p.get(f"p{x:g}") for x in POINTS), mx])
+            out.append([label, cell, f"{d} (fio)", "total", *(p.get(f"p{x:g}") for x in POINTS), mx])
     return out
 
 
@@ -275,8 +284,9 @@ class LatencyChart:
                           else e.view.style(e.op_mode),
                           e.hist["total"] if e.hist is not None else None,
                           None if e.hist is not None else e.reported()["read + write"]) for e in drawn]
-            cap = ("Fraction of I/Os slower than each latency, from fio's json+ total-latency histogram merged over "
-                   "the step's jobs and both directions; table: percentiles by fio's rule from the same bins.")
+            cap = ("Fraction of I/Os slower than each latency, from fio's json+ total-latency histogram (submission + "
+                   "completion) merged over the step's jobs and both directions; table: percentiles by fio's rule "
+                   "from the same bins, and the completion latency (fio's clat, its own bins) beside the total.")
             if fallback:
                 cap += " Dotted points: a result stored without histogram, fio's reported percentiles."
             if left:
@@ -300,7 +310,7 @@ class LatencyChart:
             for di, (path, b) in enumerate(sorted(e.devices.items())):
                 lab = f"{path} · {key_label(e.key)} · {e.view.label(e.op_mode)}"
                 lines.append(Line(lab, e.view.colour, MODE_STYLES[di % len(MODE_STYLES)], b, None))
-                rows.append([e.view.label(e.op_mode), f"{key_label(e.key)} {path}", "read + write", *stats(b)])
+                rows.append([e.view.label(e.op_mode), f"{key_label(e.key)} {path}", "read + write", "total", *stats(b)])
         n_dev = len({p for e in entries for p in e.devices})
         return _draw(f"latency-{pi}-devices", f"Latency distribution per device: {profile}", lines, rows,
                      "Per device of the group (its own fio job's json+ histogram, read + write), the cell with the "

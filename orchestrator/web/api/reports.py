@@ -39,10 +39,11 @@ def report(request: Request, run_id: Annotated[str, Path(max_length=64)]) -> HTM
        responses={200: {"content": {"text/html": {}, "application/json": {}, "text/csv": {}}}})
 def compare(request: Request,
             run: Annotated[list[Annotated[str, Query(max_length=64)]], Query(min_length=2, max_length=MAX_COMPARE)],
-            format: Literal["html", "json", "csv"] = "html") -> Response:
+            format: Literal["html", "json", "csv"] = "html",
+            units: Literal["decimal", "binary"] = "decimal") -> Response:
     """Runs side by side, cell by cell; the first is the baseline (``labctl compare``): each run's mean over a
     cell's repeats and, per figure, the verdict against the first run (``verdicts`` in JSON, ``*_verdict``
-    columns in CSV; docs/metrics.md "Comparing runs")."""
+    columns in CSV; docs/metrics.md "Comparing runs"). ``units``: bandwidth in MB/s or MiB/s (``mib_s``)."""
     from orchestrator.compare import as_csv, as_json, compare_details
 
     if len(set(run)) != len(run):
@@ -52,7 +53,7 @@ def compare(request: Request,
     if format == "html":
         return HTMLResponse(html_of(request, "compare", list(run)))
     with store(request) as s:
-        c = compare_details([queries.detail(s, rid, light=True) for rid in run])
+        c = compare_details([queries.detail(s, rid, light=True) for rid in run], units)
         if format == "json":
             return Response(as_json(c), media_type="application/json")
         return Response(as_csv(c), media_type="text/csv; charset=utf-8")

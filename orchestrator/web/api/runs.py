@@ -80,14 +80,15 @@ def series(request: Request, run_id: RunId, step: Annotated[str, Query(min_lengt
 @route(router, "GET", "/runs/{run_id}/export", "viewer", response_class=Response,
        responses={200: {"content": {"text/csv": {}, "application/json": {}}}})
 def export(request: Request, run_id: RunId, format: Literal["csv", "json"] = "csv",
-           table: TableName | Literal["all"] = "results") -> Response:
-    """The run's tables as ``labctl export`` writes them (csv: one table; json: one or ``all``)."""
+           table: TableName | Literal["all"] = "results", units: Literal["decimal", "binary"] = "decimal") -> Response:
+    """The run's tables as ``labctl export`` writes them (csv: one table; json: one or ``all``); ``units``:
+    bandwidth in MB/s (``*_mb_s`` columns) or MiB/s (``*_mib_s``)."""
     from orchestrator.export import export as write_export
 
     queries.check_run_id(run_id)
     out = io.StringIO()
     with store(request) as s:
-        write_export([queries.detail(s, run_id)], format, table, None, out)
+        write_export([queries.detail(s, run_id)], format, table, None, out, units)
     media = "text/csv; charset=utf-8" if format == "csv" else "application/json"
     return Response(out.getvalue(), media_type=media,
                     headers={"Content-Disposition": f'attachment; filename="{run_id}-{table}.{format}"'})
