@@ -39,6 +39,7 @@ from pydantic import (
     model_validator,
 )
 
+from labcontract import limits
 from labcontract.apps import AppStart
 from labcontract.bounds import Epoch
 from labcontract.errors import ProtocolError
@@ -387,7 +388,7 @@ Role = Literal["viewer", "engineer", "admin"]
 MAX_ROUNDS_CAP = 100_000       # labcontract.suite's own bound on a precondition's max_rounds
 
 
-MAX_PRIORITY = 1_000_000       # a run's priority is within +-this (labctl's options say so before sending)
+MAX_PRIORITY = limits.MAX_PRIORITY   # a run's priority is within +-this (labctl's options say so before sending)
 
 
 class Submit(Message):

@@ -46,6 +46,7 @@ from pydantic import (
     model_validator,
 )
 
+from labcontract import limits
 from labcontract.apps import APP_KINDS, ExternalParams, PgbenchParams, SysbenchParams
 from labcontract.appsuite import (
     MIN_FS_BYTES,
@@ -71,7 +72,7 @@ BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
 # Bounds on everything a suite (and so a start message) may carry: checked before any work is done.
 MAX_SUITE_BYTES = 256 * 1024          # suite text, checked before YAML parsing
 MAX_YAML_DEPTH = 16                   # nesting of mappings / sequences in a suite
-MAX_REPEAT = 50                       # runs of one cell a suite (or --repeat) may ask for
+MAX_REPEAT = limits.MAX_REPEAT        # runs of one cell a suite (or --repeat) may ask for
 RepeatOrder = Literal["interleaved", "back_to_back"]
 MAX_CELLS = 10_000                    # hard ceiling of measured cells (and of cell_limit itself)
 MIN_BS, MAX_BS = 512, 64 << 20        # block size: 512 B .. 64 MiB, a multiple of 512

@@ -10,9 +10,7 @@ import typer
 from rich.table import Table
 
 from labcontract.errors import Problem, SubmissionError
-from labcontract.protocol import MAX_PRIORITY, Reply, ScheduleAdd, Submit
-from orchestrator.canary import CHECK, QUARANTINE_ACTOR, SUITE, schedule_name
-from orchestrator.labctl.client import ControllerClient, _reply_to
+from labcontract.limits import MAX_PRIORITY
 from orchestrator.labctl.common import State, fails_cleanly, out, reply_or_fail, sessions_or_fail
 
 canary_app = typer.Typer(help="A short read-only canary per DUT on a schedule, judged against the DUT's own "
@@ -23,13 +21,6 @@ DEFAULT_CRON = "0 3 * * *"
 # quarantined, and stale canaries must not pile up in the queue
 EXPIRES_AFTER_S = 6 * 3600
 NAME_MAX = 64        # a schedule name's limit (labcontract.protocol.ScheduleAdd)
-
-
-class CanaryClient(ControllerClient):
-    def canary_add(self, name: str, cron: str, template: Submit) -> Reply | None:
-        reply_to = _reply_to()
-        return self._call(ScheduleAdd(name=name, cron=cron, submit=template, expires_after_s=EXPIRES_AFTER_S,
-                                      actor=self.actor, reply_to=reply_to), reply_to)
 
 
 def _device_name(host: str, device: str) -> tuple[str, str]:
@@ -48,6 +39,8 @@ def _device_name(host: str, device: str) -> tuple[str, str]:
 
 
 def _checked_name(host: str, dev_name: str) -> str:
+    from orchestrator.canary import schedule_name
+
     name = schedule_name(host, dev_name)
     if len(name) > NAME_MAX:
         raise SubmissionError("labctl canary", [Problem("", f"schedule name {name!r} is longer than {NAME_MAX} "
@@ -68,10 +61,11 @@ def canary_add(
                                           help="Queue priority of each canary run.")] = 0,
 ) -> None:
     """Run the built-in canary suite on a DUT on a schedule (default nightly at 03:00)."""
-    from labcontract.errors import Problem, SubmissionError
+    from labcontract.protocol import ScheduleAdd, Submit
     from labcontract.transport import redis_client
+    from orchestrator.canary import QUARANTINE_ACTOR, SUITE
     from orchestrator.cron import cron_problem
-    from orchestrator.labctl.client import check_submission
+    from orchestrator.labctl.client import ControllerClient, _reply_to, check_submission
 
     dev_name, _path = _device_name(host, device)
     name = _checked_name(host, dev_name)
@@ -81,7 +75,9 @@ def canary_add(
     template = Submit(run_id="-", suite_source=suite.source, suite_text=suite.source_text, host=host,
                       devices=(device,), priority=priority, actor=QUARANTINE_ACTOR if quarantine else None,
                       reply_to="-")
-    reply = CanaryClient(redis_client(State.config.broker_url)).canary_add(name, cron, template)
+    client, reply_to = ControllerClient(redis_client(State.config.broker_url)), _reply_to()
+    reply = client._call(ScheduleAdd(name=name, cron=cron, submit=template, expires_after_s=EXPIRES_AFTER_S,
+                                     actor=client.actor, reply_to=reply_to), reply_to)
     reply_or_fail(reply, suite.source)
     print(f"canary {name} added ({cron}{', quarantines on drift' if quarantine else ''})")
 
@@ -92,6 +88,7 @@ def canary_list() -> None:
     """Canary schedules and each DUT's last verdict."""
     from sqlalchemy import select
 
+    from orchestrator.canary import CHECK, QUARANTINE_ACTOR
     from orchestrator.health import device_of
     from orchestrator.store.models import Host, Schedule
 
@@ -128,6 +125,7 @@ def canary_remove(
 ) -> None:
     """Remove a DUT's canary schedule (its history and last verdict stay)."""
     from labcontract.transport import redis_client
+    from orchestrator.labctl.client import ControllerClient
 
     try:
         dev_name = _device_name(host, device)[0]

@@ -12,8 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from labcontract.protocol import MAX_PRIORITY
-from labcontract.suite import MAX_REPEAT
+from labcontract.limits import MAX_PRIORITY, MAX_REPEAT
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
 from orchestrator.labctl.analyze import analyze_app
 from orchestrator.labctl.apicmds import ApiOptions, api_client

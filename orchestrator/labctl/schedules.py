@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from labcontract.errors import LabError
-from labcontract.protocol import MAX_PRIORITY
+from labcontract.limits import MAX_PRIORITY
 from orchestrator.labctl.common import SUITE_HELP, State, fails_cleanly, out, reply_or_fail
 from orchestrator.labctl.common import sessions_or_fail as _sessions
 

@@ -296,6 +296,10 @@ def test_submitted_run_reads_back_through_the_api(web: WebHandle, done_runs: lis
     assert csv.status_code == 200 and csv.text.startswith("run,") and rid in csv.text
     js = request(web, "GET", f"/api/runs/{rid}/export", role="viewer", params={"format": "json", "table": "all"})
     assert js.status_code == 200 and js.json()["results"][0]["run"] == rid
+    binary = request(web, "GET", f"/api/runs/{rid}/export", role="viewer", params={"format": "json", "units": "binary"})
+    row, dec = binary.json()["results"][0], js.json()["results"][0]
+    assert "mb_s" not in row and row["mib_s"] == pytest.approx(dec["mb_s"] * 1e6 / 2**20)
+    assert request(web, "GET", f"/api/runs/{rid}/export", role="viewer", params={"units": "si"}).status_code == 422
     t0 = time.monotonic()
     report = request(web, "GET", f"/api/runs/{rid}/report", role="viewer", timeout=300)
     first = time.monotonic() - t0

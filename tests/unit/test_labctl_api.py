@@ -207,7 +207,9 @@ def test_text_routes_report_and_export(stub: Stub) -> None:
     api = client(stub)
     assert api.report("r1") == "<html>report</html>"
     assert api.export("r1", "csv", "devices") == "a,b\n1,2\n"
-    assert stub.seen[-1].path == "/api/runs/r1/export?format=csv&table=devices"
+    assert stub.seen[-1].path == "/api/runs/r1/export?format=csv&table=devices&units=decimal"
+    api.export("r1", "csv", "results", "binary")
+    assert stub.seen[-1].path == "/api/runs/r1/export?format=csv&table=results&units=binary"
 
 
 def test_download_checks_the_sha256(stub: Stub, tmp_path: Path) -> None:

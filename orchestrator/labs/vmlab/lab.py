@@ -175,8 +175,12 @@ class VmLab:
                   host_vars: Mapping[str, Mapping[str, Any]] | None = None,
                   group_vars: Mapping[str, Any] | None = None) -> Path:
         """An Ansible inventory of the VMs (root over SSH with the lab's key) in ``groups``."""
+        # a polling ssh gives up after 5 s and tries again; a play's connection has one chance: a TCG guest on a
+        # busy machine can take longer than 5 s (or Ansible's default 10 s) to finish a handshake
+        args = " ".join(SSH_OPTIONS).replace("ConnectTimeout=5", f"ConnectTimeout={PLAY_CONNECT_TIMEOUT}")
         ssh = {"ansible_user": "root", "ansible_ssh_private_key_file": str(self.key),
-               "ansible_ssh_common_args": " ".join(SSH_OPTIONS), "ansible_python_interpreter": "/usr/bin/python3"}
+               "ansible_ssh_common_args": args, "ansible_timeout": PLAY_CONNECT_TIMEOUT,
+               "ansible_python_interpreter": "/usr/bin/python3"}
         hv = host_vars or {}
         children = {g: {"hosts": {h: {"ansible_host": self.vms[h].spec.address, **hv.get(h, {})} for h in members}}
                     for g, members in groups.items()}
@@ -199,7 +203,11 @@ class VmLab:
 WHEELS = "/srv/storagelab/wheels"          # the image's wheelhouse (image.py): the guests have no route out
 OFFLINE_VARS = {"lab_packages_update_cache": False,
                 "lab_controller_pip_extra_args": f"--no-index --find-links {WHEELS}",
-                "lab_agent_pip_extra_args": f"--no-index --find-links {WHEELS}"}
+                "lab_agent_pip_extra_args": f"--no-index --find-links {WHEELS}",
+                # a service's first start under TCG imports its Python in emulation: on a busy machine the web
+                # service took over the role's default 60 s to answer (the wait ends as soon as it answers)
+                "lab_service_ready_timeout": 600}
+PLAY_CONNECT_TIMEOUT = 60
 NVME_MODEL = "QEMU NVMe Ctrl"              # QEMU 7.2 names every emulated controller so
 SCSI_MODEL = "QEMU HARDDISK"
 
