@@ -72,7 +72,8 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
     dispatcher = Dispatcher(config.broker_url, expires_s=tuning.dispatch_expires_s)
     controller = Controller(fenced, redis_client(config.broker_url), dispatcher,
                             ArtifactStore(config.artifact_dir), tuning,
-                            notifier=Notifier(list(notify_webhooks), list(notify_files)), provisioner=provisioner)
+                            notifier=Notifier(list(notify_webhooks), list(notify_files), background=True),
+                            provisioner=provisioner)
     server = None
     if metrics_port is not None:
         from prometheus_client import CollectorRegistry

@@ -76,7 +76,7 @@ class AdminMixin(ControllerCore):
             s.execute(delete(NetGroup).where(NetGroup.run_id == run.id, NetGroup.seq.in_(net_seqs)))
             s.execute(delete(Result).where(Result.run_id == run.id, Result.step_id.in_([st.id for st in net])))
         run.state, run.reason, run.ended_at = str(RunState.QUEUED), "", None
-        run.notified_at = None           # its new end is notified again
+        run.notified_at, run.notified_sinks = None, None   # its new end is notified again, to every sink
         run.expires_at = None            # an expiry was about its first start
         run.rerun_count = (run.rerun_count or 0) + 1
         run.rerun_at = self.clock()      # the retry policy counts a step's attempts since (controller.retries)

@@ -42,7 +42,7 @@ from orchestrator import health, netgroups
 from orchestrator.controller.admin import AdminMixin
 from orchestrator.controller.boundary import REASON_MAX, reason_of
 from orchestrator.controller.intake import command_refusal, valid_reply_to
-from orchestrator.controller.notify import from_schedule, payload, regressed_payload
+from orchestrator.controller.notify import Delivered, Delivery, encode, from_schedule, payload, regressed_payload
 from orchestrator.controller.transient import transient_kind
 from orchestrator.cron import cron_problem, next_fire
 from orchestrator.kinds.common import find_device
@@ -367,24 +367,29 @@ class CommandsMixin(AdminMixin):
         return got or ([], "")
 
     def notify(self) -> None:
-        """Deliver end notifications the store says are due (see orchestrator.controller.notify): each run behind
-        the boundary (one whose notification cannot be built is marked and not tried again); a sink that fails
-        (OSError) leaves the rest for the next pass."""
+        """Hand the end notifications the store says are due to the notifier's sinks, and write down what they took
+        (see orchestrator.controller.notify): each run behind the boundary (one whose notification cannot be built
+        is marked and not tried again). Nothing here waits on a sink: a sink that fails is retried by its own
+        thread while the loop goes on."""
         if self.notifier is None or not self.notifier.enabled:
             return
+        if self.delivery is None:
+            self.delivery = Delivery(self.notifier.sinks(), background=self.notifier.background)
+        delivery = self.delivery
+        self._took(delivery.collect())
         with self.sessions() as s:
-            due = list(s.scalars(select(Run.id).where(Run.state.in_([str(x) for x in TERMINAL_RUN]),
-                                                      Run.notified_at.is_(None)).limit(20)))
+            query = select(Run.id).where(Run.state.in_([str(x) for x in TERMINAL_RUN]), Run.notified_at.is_(None))
+            if delivery.in_flight:
+                query = query.where(Run.id.not_in(list(delivery.in_flight)))
+            due = list(s.scalars(query.limit(20)))
         for run_id in due:
-            sent = self.boundary.item("notifications", f"notification of run {run_id}",
-                                      partial(self._notify_run, run_id),
-                                      partial(self._mark_run, run_id, "notification not sent", notified=True))
-            if sent is False:
-                return
+            self.boundary.item("notifications", f"notification of run {run_id}",
+                               partial(self._hand_run, run_id, delivery),
+                               partial(self._mark_run, run_id, "notification not sent", notified=True))
+        self._took(delivery.collect())
 
-    def _notify_run(self, run_id: str) -> bool:
-        """Notify one ended run; False when a sink failed (retried next pass)."""
-        assert self.notifier is not None
+    def _hand_run(self, run_id: str, delivery: Delivery) -> None:
+        """Build one ended run's bodies (its history judged once) and hand them to the sinks that have not taken it."""
         with self.sessions() as s:
             run = s.get(Run, run_id)
             scheduled = run is not None and run.notified_at is None and from_schedule(run) is not None
@@ -392,7 +397,11 @@ class CommandsMixin(AdminMixin):
         with self.sessions.begin() as s:
             run = s.get(Run, run_id)
             if run is None or run.notified_at is not None:
-                return True
+                return
+            pending = [k for k in delivery.sinks if k not in (run.notified_sinks or [])]
+            if not pending:
+                run.notified_at = self.clock()
+                return
             results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == run.id))}
             bodies = [payload(run, results)]
             if scheduled:
@@ -400,12 +409,22 @@ class CommandsMixin(AdminMixin):
                 bodies[0]["history"] = history
                 if regs:
                     bodies.append(regressed_payload(run, regs))
-            try:
-                for body in bodies:
-                    self.notifier.send(body)
-            except OSError as e:
-                log.warning("notification of run %s failed (retried next pass): %s", run.id, e,
-                            extra={"run": run.id})
-                return False
-            run.notified_at = self.clock()
-            return True
+            data = [encode(b) for b in bodies]
+        delivery.hand(run_id, data, pending)
+
+    def _took(self, delivered: list[Delivered]) -> None:
+        """Write down the sinks that took a run; a run every sink took is notified."""
+        assert self.delivery is not None
+        took: dict[str, list[str]] = {}
+        for d in delivered:
+            if not d.error:
+                took.setdefault(d.run, []).append(d.sink)
+        for run_id, sinks in took.items():
+            with self.sessions.begin() as s:
+                run = s.get(Run, run_id)
+                if run is None:
+                    continue
+                done = list(dict.fromkeys([*(run.notified_sinks or []), *sinks]))
+                run.notified_sinks = done
+                if run.notified_at is None and set(self.delivery.sinks) <= set(done):
+                    run.notified_at = self.clock()

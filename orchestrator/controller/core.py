@@ -19,7 +19,7 @@ from orchestrator.config import ControllerTuning
 from orchestrator.controller import retries
 from orchestrator.controller.boundary import Boundary
 from orchestrator.controller.dispatch import Dispatcher
-from orchestrator.controller.notify import Notifier
+from orchestrator.controller.notify import Delivery, Notifier
 from orchestrator.provisioning import Provisioner
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, TERMINAL_STEP, RunState, StepState, check_run, check_step
 from orchestrator.store.models import Attempt, Host, Run, Step
@@ -37,6 +37,7 @@ class ControllerCore:
         self.tuning = tuning or ControllerTuning()
         self.clock = clock
         self.notifier = notifier
+        self.delivery: Delivery | None = None      # the notifier's sinks at work, made at the first notify pass
         self.provisioner = provisioner
         self._stopping = False
         self.boundary = Boundary()                 # duties and their items: set aside, never a stop (boundary.py)

@@ -1,23 +1,35 @@
 """End-of-run notifications: a JSON body POSTed to webhooks and appended to files (one JSON per line).
 
-Delivery is driven from the store: a run that ended and has no ``notified_at`` is notified on the next
-controller pass, and marked only once every sink took it, so a controller restart loses none (a sink
-may see a notification twice after a crash between delivery and the commit; ``run`` is the key).
+Delivery is driven from the store and never holds the controller's loop: a run that ended and has no
+``notified_at`` gets its bodies built once (its history judged once), handed to each sink that has not taken it
+yet (``runs.notified_sinks``, by sink key), and marked ``notified_at`` once every sink took it. Each sink delivers
+from a thread of its own (:class:`Delivery`): a sink that fails is retried with exponential backoff (1 s doubling up
+to 5 minutes) while the others go on, and the loop only writes down what the threads report. So a sink sees a run
+at least once, a file sink never twice (short of a crash between its write and the store's commit), and a hanging
+webhook costs the loop nothing. A controller restart loses none: what was not delivered is still due.
 
 A run that came from a schedule (a nightly) is judged against its history when it is notified
 (:func:`orchestrator.stats.history.regressions_for_run`): its ``run.ended`` body carries ``"regressions"``
 (unacknowledged, possibly empty) and, when there are some, a second body ``"event": "run.regressed"`` goes to
 the same sinks, before the run is marked notified (the same at-least-once delivery).
+
+A sink is named in logs and in the store by its key (``file:<path>``, ``webhook:<12 hex digits of the URL's
+SHA-256>``) and a label (a webhook's scheme and host only): a webhook URL often holds its token.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import queue
+import threading
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from orchestrator.store.models import Result, Run
 
@@ -51,30 +63,157 @@ def regressed_payload(run: Run, regressions: list[dict[str, Any]]) -> dict[str, 
             "started_at": run.started_at, "ended_at": run.ended_at, "regressions": regressions}
 
 
+class Sink(Protocol):
+    key: str      # stable, secret-free: what runs.notified_sinks records
+    label: str    # what logs say
+
+    def deliver(self, data: bytes) -> None:
+        """Deliver one body; OSError when it did not arrive."""
+        ...
+
+
+class FileSink:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.key = self.label = f"file:{path}"
+
+    def deliver(self, data: bytes) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("ab") as f:
+            f.write(data + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class WebhookSink:
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self.url, self.timeout_s = url, timeout_s
+        parts = urlsplit(url)
+        self.key = "webhook:" + hashlib.sha256(url.encode()).hexdigest()[:12]
+        self.label = f"webhook {parts.scheme}://{parts.hostname or '?'}/… ({self.key})"
+
+    def deliver(self, data: bytes) -> None:
+        req = urllib.request.Request(self.url, data=data, method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              "User-Agent": "storagelab-controller"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                if not 200 <= resp.status < 300:
+                    raise OSError(f"answered {resp.status}")
+        except OSError as e:      # (urllib's errors may name the URL, which holds a token: never repeat it)
+            raise OSError(str(getattr(e, "reason", None) or getattr(e, "code", None) or e.strerror or
+                              type(e).__name__)) from None
+
+
 class Notifier:
     def __init__(self, webhooks: list[str] | None = None, files: list[Path] | None = None,
-                 timeout_s: float = 3.0) -> None:
+                 timeout_s: float = 3.0, *, background: bool = False) -> None:
         self.webhooks = list(webhooks or [])
         self.files = list(files or [])
         self.timeout_s = timeout_s
+        self.background = background    # the daemon's: each sink from a thread (Delivery); else pass by pass
 
     @property
     def enabled(self) -> bool:
         return bool(self.webhooks or self.files)
 
+    def sinks(self) -> list[Sink]:
+        return [*(FileSink(p) for p in self.files), *(WebhookSink(u, self.timeout_s) for u in self.webhooks)]
+
     def send(self, body: dict[str, Any]) -> None:
-        """Deliver to every sink; raise on the first that fails (the run stays un-notified)."""
-        data = json.dumps(body, sort_keys=True).encode()
-        for path in self.files:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("ab") as f:
-                f.write(data + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-        for url in self.webhooks:
-            req = urllib.request.Request(url, data=data, method="POST",
-                                         headers={"Content-Type": "application/json",
-                                                  "User-Agent": "storagelab-controller"})
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                if not 200 <= resp.status < 300:
-                    raise OSError(f"webhook {url} answered {resp.status}")
+        """Deliver to every sink now; raise on the first that fails."""
+        data = encode(body)
+        for sink in self.sinks():
+            sink.deliver(data)
+
+
+def encode(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What a sink's thread reports: ``run`` delivered (``error`` empty) or, in step mode, not."""
+
+    run: str
+    sink: str
+    error: str = ""
+
+
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 300.0
+
+
+class Delivery:
+    """Each sink's deliveries, in order, from a thread of its own (``background``), retried with exponential backoff;
+    or, with ``background=False`` (tests that drive the controller pass by pass), in the calling thread, once per
+    hand-over. The loop hands runs over with :meth:`hand` and collects what arrived with :meth:`collect`."""
+
+    def __init__(self, sinks: list[Sink], *, background: bool = True) -> None:
+        self.sinks = {s.key: s for s in sinks}
+        self.background = background
+        self._done: queue.Queue[Delivered] = queue.Queue()
+        self._queues: dict[str, queue.Queue[tuple[str, list[bytes]] | None]] = {}
+        self._threads: list[threading.Thread] = []
+        self.in_flight: dict[str, set[str]] = {}       # run -> sinks it is handed to and not reported back
+        self._stop = threading.Event()
+        if background:
+            for key, sink in self.sinks.items():
+                q: queue.Queue[tuple[str, list[bytes]] | None] = queue.Queue()
+                self._queues[key] = q
+                t = threading.Thread(target=self._serve, args=(sink, q), name=f"notify {key}", daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def hand(self, run: str, bodies: list[bytes], sinks: list[str]) -> None:
+        self.in_flight.setdefault(run, set()).update(sinks)
+        for key in sinks:
+            if self.background:
+                self._queues[key].put((run, bodies))
+            else:
+                self._done.put(self._once(self.sinks[key], run, bodies))
+
+    def collect(self) -> list[Delivered]:
+        out: list[Delivered] = []
+        while True:
+            try:
+                d = self._done.get_nowait()
+            except queue.Empty:
+                return out
+            left = self.in_flight.get(d.run)
+            if left is not None:
+                left.discard(d.sink)
+                if not left:
+                    del self.in_flight[d.run]
+            out.append(d)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for q in self._queues.values():
+            q.put(None)
+
+    @staticmethod
+    def _once(sink: Sink, run: str, bodies: list[bytes]) -> Delivered:
+        try:
+            for data in bodies:
+                sink.deliver(data)
+        except OSError as e:
+            log.warning("notification of run %s to %s failed: %s", run, sink.label, e, extra={"run": run})
+            return Delivered(run, sink.key, str(e) or type(e).__name__)
+        return Delivered(run, sink.key)
+
+    def _serve(self, sink: Sink, q: queue.Queue[tuple[str, list[bytes]] | None]) -> None:
+        while not self._stop.is_set():
+            item = q.get()
+            if item is None:
+                return
+            run, bodies = item
+            wait = BACKOFF_FIRST_S
+            while not self._stop.is_set():
+                d = self._once(sink, run, bodies)
+                if not d.error:
+                    self._done.put(d)
+                    break
+                log.info("run %s to %s: retried in %.0f s", run, sink.label, wait, extra={"run": run})
+                if self._stop.wait(wait):
+                    return
+                wait = min(wait * 2, BACKOFF_MAX_S)

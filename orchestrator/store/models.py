@@ -102,7 +102,9 @@ class Run(Base):
     live: Mapped[bool] = mapped_column(Boolean, default=True)    # per-second fio snapshots for every step
     not_before: Mapped[float | None] = mapped_column(Float)      # may not start before (epoch seconds)
     expires_at: Mapped[float | None] = mapped_column(Float)      # a run not started by then expires
-    notified_at: Mapped[float | None] = mapped_column(Float)     # end notification delivered
+    notified_at: Mapped[float | None] = mapped_column(Float)     # end notification delivered (to every sink)
+    # schema 0015: the keys of the sinks that took it so far (orchestrator.controller.notify); None: none yet
+    notified_sinks: Mapped[list[str] | None] = mapped_column(JSON)
     state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
     priority: Mapped[int] = mapped_column(Integer, default=0)

@@ -12,7 +12,7 @@ from alembic import command
 from orchestrator.store.db import alembic_config, make_engine, migrate, schema_drift
 from orchestrator.store.models import Result, Run, Step
 
-HEAD = "0014"
+HEAD = "0015"
 
 # the run list's OP-mode index (0011) is an expression, which autogenerate cannot reflect and says so
 pytestmark = pytest.mark.filterwarnings("ignore:Skipped unsupported reflection of expression-based index")
@@ -227,3 +227,27 @@ def test_a_fingerprint_is_the_workload_not_where_it_went_or_how_it_was_reported(
     assert fingerprint("measure", one) != fingerprint("measure", one.replace("direct=1", "direct=0"))
     assert fingerprint("measure", one) != fingerprint("precondition", one)
     assert fingerprint("measure", "") == ""
+
+
+def test_0015_adds_the_sinks_a_run_was_notified_to_and_keeps_runs(tmp_path: Path) -> None:
+    """A run stored at 0014 (notified or not) survives with no sinks recorded; the downgrade removes the column."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'n.sqlite'}")
+    command.upgrade(alembic_config(engine), "0014")
+    with engine.begin() as c:
+        for rid, notified in (("r1", "5.0"), ("r2", "NULL")):
+            c.execute(sa.text(
+                "INSERT INTO runs (id, suite_name, suite_source, suite_text, suite_sha256, host, device, state, reason,"
+                f" priority, submitted_at, notified_at) VALUES ('{rid}', 's', 's.yaml', 'suite: s', 'x', 'h1', "
+                f"'/dev/loop3', 'SUCCEEDED', '', 0, 1.0, {notified})"))
+    migrate(engine)
+    with sa.orm.Session(engine) as s:
+        r1, r2 = s.get(Run, "r1"), s.get(Run, "r2")
+        assert r1 is not None and r2 is not None
+        assert (r1.notified_at, r1.notified_sinks, r2.notified_at, r2.notified_sinks) == (5.0, None, None, None)
+        r2.notified_sinks = ["file:/x"]
+        s.commit()
+    with engine.connect() as c:
+        assert schema_drift(c) == []
+    command.downgrade(alembic_config(engine), "0014")
+    with engine.connect() as c:
+        assert "notified_sinks" not in {col["name"] for col in sa.inspect(c).get_columns("runs")}

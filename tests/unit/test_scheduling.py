@@ -178,9 +178,77 @@ def test_end_notifications_reach_the_file_and_a_webhook(env: Any, fio_outputs: d
     assert body["event"] == "run.ended" and body["run"] == "n1" and body["state"] == "SUCCEEDED"
     assert body["steps"] == {"succeeded": 1} and body["results"][0]["iops"] > 0
     lines = [json.loads(x) for x in (tmp / "notifications.jsonl").read_text().splitlines()]
-    assert [x["run"] for x in lines] == ["n1", "n1"]        # the file took the first, failed pass too
+    assert [x["run"] for x in lines] == ["n1"]      # the file took it on the first pass: only the webhook was retried
     with db() as s:
         assert s.get(Run, "n1").notified_at is not None  # type: ignore[union-attr]
+
+
+def test_a_hanging_webhook_never_holds_the_loop_and_every_other_sink_takes_the_run_once(
+        env: Any, fio_outputs: dict[str, bytes]) -> None:
+    """The daemon's delivery (each sink from its own thread): while one webhook hangs, a notify pass returns, the file
+    and the other webhook take the run once each however many passes follow, and the run is notified only when the
+    hanging one answers."""
+    ctl, disp, _clock, db, tmp, _engine = env
+    release, hanging = threading.Event(), threading.Event()
+    got: dict[str, list[dict[str, Any]]] = {"/hang": [], "/ok": []}
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/hang":
+                hanging.set()
+                release.wait(120)
+            got[self.path].append(body)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    ctl.notifier = Notifier([f"{base}/hang", f"{base}/ok"], [tmp / "n.jsonl"], timeout_s=120, background=True)
+    try:
+        submit(ctl, "h1", suite(1))
+        ctl.schedule()
+        finish(ctl, disp.starts()[0].attempt_id, fio_outputs["4k-randread"])
+
+        def run_notified() -> tuple[float | None, list[str] | None]:
+            with db() as s:
+                run = s.get(Run, "h1")
+                assert run is not None
+                return run.notified_at, run.notified_sinks
+
+        passes = threading.Thread(target=lambda: [ctl.notify() for _ in range(5)], daemon=True)
+        passes.start()
+        assert hanging.wait(60), "the hanging webhook was never called"
+        passes.join(60)
+        assert not passes.is_alive(), "a notify pass waited on the hanging webhook"
+        for _ in range(600):                        # the other two sinks report back through the loop's passes
+            ctl.notify()
+            if len(run_notified()[1] or []) == 2:
+                break
+            threading.Event().wait(0.05)
+        notified_at, sinks = run_notified()
+        assert notified_at is None and sinks is not None and len(sinks) == 2 and f"file:{tmp / 'n.jsonl'}" in sinks
+        assert len(got["/ok"]) == 1 and got["/hang"] == []
+        release.set()
+        for _ in range(600):
+            ctl.notify()
+            if run_notified()[0] is not None:
+                break
+            threading.Event().wait(0.05)
+        assert run_notified()[0] is not None
+        for _ in range(3):
+            ctl.notify()
+    finally:
+        release.set()
+        server.shutdown()
+        if ctl.delivery is not None:
+            ctl.delivery.stop()
+    assert [len(got["/hang"]), len(got["/ok"])] == [1, 1]
+    assert [json.loads(x)["run"] for x in (tmp / "n.jsonl").read_text().splitlines()] == ["h1"]
 
 
 def test_schedules_fire_once_per_due_time_and_refuse_bad_input(env: Any) -> None:
