@@ -34,7 +34,8 @@ DEFAULT_PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO",
          metrics_port: int | None = DEFAULT_CONTROLLER_METRICS_PORT, metrics_bind: str = "127.0.0.1",
          notify_webhooks: tuple[str, ...] = (), notify_files: tuple[Path, ...] = (),
-         inventory: Path | None = None, playbooks: Path = DEFAULT_PLAYBOOKS, standby: bool = True) -> None:
+         notify_chats: tuple[str, ...] = (), inventory: Path | None = None, playbooks: Path = DEFAULT_PLAYBOOKS,
+         standby: bool = True) -> None:
     """``metrics_port``: the exporter's port (0: an ephemeral one, logged); None: no exporter.
     ``standby``: when another controller holds the lease, wait and take over when it stops (else exit 2)."""
     setup_logging(log_level, host="controller")
@@ -49,6 +50,12 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
 
     signal.signal(signal.SIGTERM, _stop)      # ansible-runner never replaces these (orchestrator.provisioning)
     signal.signal(signal.SIGINT, _stop)
+    notifier = Notifier(list(notify_webhooks), list(notify_files), background=True, chats=list(notify_chats))
+    try:
+        notifier.sinks()               # every URL checked now, before anything runs
+    except ValueError as e:
+        log.error("%s", e)
+        raise SystemExit(2) from None
     provisioner = None
     if inventory is not None:          # read once; every problem of it reported now, before anything runs
         provisioner = Provisioner(load_inventory(inventory), inventory, playbooks, config.lab_dir / "provisioning",
@@ -72,7 +79,7 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
     dispatcher = Dispatcher(config.broker_url, expires_s=tuning.dispatch_expires_s)
     controller = Controller(fenced, redis_client(config.broker_url), dispatcher,
                             ArtifactStore(config.artifact_dir), tuning,
-                            notifier=Notifier(list(notify_webhooks), list(notify_files), background=True),
+                            notifier=notifier,
                             provisioner=provisioner)
     server = None
     if metrics_port is not None:

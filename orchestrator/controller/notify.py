@@ -86,14 +86,21 @@ class FileSink:
 
 
 class WebhookSink:
+    kind = "webhook"
+
     def __init__(self, url: str, timeout_s: float) -> None:
         self.url, self.timeout_s = url, timeout_s
         parts = urlsplit(url)
-        self.key = "webhook:" + hashlib.sha256(url.encode()).hexdigest()[:12]
-        self.label = f"webhook {parts.scheme}://{parts.hostname or '?'}/… ({self.key})"
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"--notify-{self.kind}: not an http(s) URL with a host")
+        self.key = f"{self.kind}:" + hashlib.sha256(url.encode()).hexdigest()[:12]
+        self.label = f"{self.kind} {parts.scheme}://{parts.hostname}/… ({self.key})"
+
+    def body(self, data: bytes) -> bytes:
+        return data
 
     def deliver(self, data: bytes) -> None:
-        req = urllib.request.Request(self.url, data=data, method="POST",
+        req = urllib.request.Request(self.url, data=self.body(data), method="POST",
                                      headers={"Content-Type": "application/json",
                                               "User-Agent": "storagelab-controller"})
         try:
@@ -105,20 +112,63 @@ class WebhookSink:
                               type(e).__name__)) from None
 
 
+class ChatSink(WebhookSink):
+    """A chat's incoming webhook (Slack, Mattermost, Rocket.Chat, Google Chat, a Teams connector): ``{"text": ...}``,
+    one line a person reads (:func:`chat_text`), where the raw JSON body is refused by the chat."""
+
+    kind = "chat"
+
+    def body(self, data: bytes) -> bytes:
+        return json.dumps({"text": chat_text(json.loads(data))}).encode()
+
+
+def chat_text(body: dict[str, Any]) -> str:
+    """``storagelab: run r… (suite nightly, h1:/dev/nvme0n1) SUCCEEDED: 12 steps succeeded`` and, for a nightly, its
+    history line; a regression body lists each regression's cell, metric and change."""
+    where = f"{body.get('host')}:{','.join(str(d) for d in body.get('devices') or [])}"
+    head = f"storagelab: run {body.get('run')} (suite {body.get('suite')}, {where})"
+    if body.get("event") == "run.regressed":
+        regs = body.get("regressions") or []
+        lines = [f"{head} REGRESSED against its history ({len(regs)}):"]
+        for r in regs[:10]:
+            if isinstance(r, dict):
+                pct = r.get("change_pct")
+                lines.append(f"- {r.get('cell', '?')} {r.get('metric', '?')}"
+                             + (f" {pct:+.1f}%" if isinstance(pct, int | float) else ""))
+        if len(regs) > 10:
+            lines.append(f"- and {len(regs) - 10} more")
+        return "\n".join(lines)
+    steps = body.get("steps") or {}
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(steps.items())) if isinstance(steps, dict) else ""
+    text = f"{head} {body.get('state')}" + (f": {counts}" if counts else "")
+    if body.get("reason"):
+        text += f" ({body['reason']})"
+    failed = body.get("failed_steps") or []
+    if failed:
+        text += "\nfailed: " + "; ".join(f"{f.get('step')}: {f.get('reason')}" for f in failed[:5]
+                                         if isinstance(f, dict))
+    if body.get("history"):
+        text += f"\n{body['history']}"
+    return text
+
+
 class Notifier:
     def __init__(self, webhooks: list[str] | None = None, files: list[Path] | None = None,
-                 timeout_s: float = 3.0, *, background: bool = False) -> None:
+                 timeout_s: float = 3.0, *, background: bool = False, chats: list[str] | None = None) -> None:
         self.webhooks = list(webhooks or [])
+        self.chats = list(chats or [])
         self.files = list(files or [])
         self.timeout_s = timeout_s
         self.background = background    # the daemon's: each sink from a thread (Delivery); else pass by pass
 
     @property
     def enabled(self) -> bool:
-        return bool(self.webhooks or self.files)
+        return bool(self.webhooks or self.files or self.chats)
 
     def sinks(self) -> list[Sink]:
-        return [*(FileSink(p) for p in self.files), *(WebhookSink(u, self.timeout_s) for u in self.webhooks)]
+        """Every sink; ValueError for a URL that is not http(s) (the daemon checks at its start)."""
+        return [*(FileSink(p) for p in self.files), *(WebhookSink(u, self.timeout_s) for u in self.webhooks),
+                *(ChatSink(u, self.timeout_s) for u in self.chats)]
 
     def send(self, body: dict[str, Any]) -> None:
         """Deliver to every sink now; raise on the first that fails."""

@@ -461,6 +461,9 @@ def controller(log_level: Annotated[str, typer.Option()] = "INFO",
                    help="POST a JSON body here when a run ends (repeat).")] = None,
                notify_file: Annotated[list[Path] | None, typer.Option(
                    help="Append a JSON line here when a run ends (repeat).")] = None,
+               notify_chat: Annotated[list[str] | None, typer.Option(
+                   help="POST {\"text\": a line a person reads} to a chat's incoming webhook (Slack, Mattermost, "
+                        "Google Chat, a Teams connector) when a run ends (repeat).")] = None,
                inventory: Annotated[Path | None, typer.Option(
                    help="The lab's Ansible inventory directory: suites with phases.provision purge, set OP modes "
                         "and record DUT facts through playbooks/.")] = None,
@@ -473,7 +476,8 @@ def controller(log_level: Annotated[str, typer.Option()] = "INFO",
 
     main(State.config, ControllerTuning(heartbeat_timeout_s=heartbeat_timeout), log_level=log_level,
          metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
-         notify_webhooks=tuple(notify_webhook or ()), notify_files=tuple(notify_file or ()), inventory=inventory,
+         notify_webhooks=tuple(notify_webhook or ()), notify_files=tuple(notify_file or ()),
+         notify_chats=tuple(notify_chat or ()), inventory=inventory,
          standby=not no_standby)
 
 

@@ -283,3 +283,45 @@ def test_schedules_fire_once_per_due_time_and_refuse_bad_input(env: Any) -> None
         assert sch is not None and sch.last_run_id == run.id and sch.next_fire_at == clock.t + 300
     assert ctl.schedules(ScheduleRemove(name="nightly", reply_to="-")).ok
     assert not ctl.schedules(ScheduleRemove(name="nightly", reply_to="-")).ok
+
+
+def test_a_chat_sink_gets_a_line_a_person_reads_and_a_bad_url_is_refused(env: Any,
+                                                                          fio_outputs: dict[str, bytes]) -> None:
+    """``--notify-chat URL``: the chat's incoming webhook gets ``{"text": ...}`` (a chat refuses the raw JSON body):
+    the run, its suite, host and device, its state and step counts; a regression body names each regression. A URL
+    that is not http(s) is refused when the sinks are made."""
+    from orchestrator.controller.notify import ChatSink, chat_text
+
+    ctl, disp, _clock, _db, _tmp, _engine = env
+    got: list[dict[str, Any]] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ctl.notifier = Notifier(chats=[f"http://127.0.0.1:{server.server_address[1]}/services/T0/B0/secret"])
+        submit(ctl, "c1", suite(1))
+        ctl.schedule()
+        finish(ctl, disp.starts()[0].attempt_id, fio_outputs["4k-randread"])
+        ctl.notify()
+    finally:
+        server.shutdown()
+    assert len(got) == 1 and set(got[0]) == {"text"}
+    assert got[0]["text"].startswith("storagelab: run c1 (suite ") and "SUCCEEDED: 1 succeeded" in got[0]["text"]
+    regressed = chat_text({"event": "run.regressed", "run": "n9", "suite": "nightly", "host": "h1",
+                           "devices": ["/dev/nvme0n1"], "regressions": [
+                               {"cell": "4k-random rwmixread=100", "metric": "iops", "change_pct": -23.4}]})
+    assert regressed.splitlines() == ["storagelab: run n9 (suite nightly, h1:/dev/nvme0n1) REGRESSED against its "
+                                      "history (1):", "- 4k-random rwmixread=100 iops -23.4%"]
+    sink = ChatSink("https://hooks.slack.com/services/T0/B0/secret", 3.0)
+    assert "secret" not in sink.label and sink.label.startswith("chat https://hooks.slack.com/")
+    with pytest.raises(ValueError, match="--notify-chat: not an http"):
+        ChatSink("file:///etc/passwd", 3.0)
