@@ -68,6 +68,10 @@ COMMANDS_STREAM = "lab:commands"
 WEB_COMMANDS_STREAM = "lab:commands:web"   # the web service's (only broker user ``web`` may XADD there)
 DEADLETTER_STREAM = "lab:deadletter"  # entries refused by the controller, with the reason (never applied)
 REPLY_PREFIX = "lab:reply:"
+# the lab's controller says it is here: JSON {"first_at", "last_at"}, set by the lease holder every few seconds and
+# never expired ("a controller of this lab registered here"); no agent's live key (lab:live:<host>) can be it: a
+# host name starts with a letter or digit
+CONTROLLER_PRESENCE_KEY = "lab:live:_controller"
 
 
 def agent_queue(host: str) -> str:

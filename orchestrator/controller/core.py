@@ -38,6 +38,7 @@ class ControllerCore:
         self.clock = clock
         self.notifier = notifier
         self.delivery: Delivery | None = None      # the notifier's sinks at work, made at the first notify pass
+        self._announced: float | None = None       # time.monotonic() of the last presence (loop.announce)
         self.provisioner = provisioner
         self._stopping = False
         self.boundary = Boundary()                 # duties and their items: set aside, never a stop (boundary.py)

@@ -13,6 +13,8 @@ a lost lease (the loop ends) pass through.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from functools import cached_property
 
 from sqlalchemy import select
 
+from labcontract.protocol import CONTROLLER_PRESENCE_KEY
 from orchestrator.controller.commands import CommandsMixin
 from orchestrator.controller.events import EventsMixin
 from orchestrator.controller.intake import Intake
@@ -28,6 +31,7 @@ from orchestrator.controller.transient import FaultLog, transient_kind
 from orchestrator.controller.watchdogs import WatchdogsMixin
 
 PENDING_AGAIN_S = 10.0      # read the streams' unacknowledged entries again this often (see run_forever)
+PRESENCE_EVERY_S = 5.0      # the controller says it is here this often (announce)
 
 
 def _backoff_bounds() -> tuple[float, float]:
@@ -41,8 +45,25 @@ class Controller(EventsMixin, CommandsMixin, DispatchMixin, WatchdogsMixin):
     """The store's only writer: events, commands, dispatch and watchdogs (one mixin each), in one loop."""
 
     def setup(self) -> None:
+        self.announce(force=True)     # before anything: labctl sends commands only where a controller registered
         self.intake.setup()           # groups on every stream; what a previous life read but did not acknowledge
         self.reconcile()
+
+    def announce(self, *, force: bool = False) -> None:
+        """Say in the broker that this lab's controller is here (``CONTROLLER_PRESENCE_KEY``, every
+        :data:`PRESENCE_EVERY_S`): labctl refuses to send a command to a broker where none ever registered (it
+        waited for a reply from no one, then called the run queued), and says when the last one was seen."""
+        if self.redis is None:
+            return
+        now = time.monotonic()
+        if not force and self._announced is not None and now - self._announced < PRESENCE_EVERY_S:
+            return
+        first = time.time()
+        raw = self.redis.get(CONTROLLER_PRESENCE_KEY)
+        with contextlib.suppress(ValueError, TypeError, KeyError):     # (a value not ours: started over)
+            first = float(json.loads(raw)["first_at"]) if raw else first
+        self.redis.set(CONTROLLER_PRESENCE_KEY, json.dumps({"first_at": first, "last_at": time.time()}))
+        self._announced = now
 
     @cached_property
     def intake(self) -> Intake:
@@ -115,6 +136,7 @@ class Controller(EventsMixin, CommandsMixin, DispatchMixin, WatchdogsMixin):
         duty("dispatch", self.schedule)
         duty("watchdogs", self.watch)
         duty("notifications", self.notify)
+        duty("presence", self.announce)
         self.last_pass_at = time.time()
 
     def _drain(self, *, pending: bool, block_ms: int | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from labcontract.errors import LabError
 from labcontract.limits import MAX_PRIORITY, MAX_REPEAT
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
 from orchestrator.labctl.analyze import analyze_app
@@ -57,10 +59,12 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def main_options(
-    lab_dir: Annotated[Path, typer.Option(envvar="LAB_DIR", help="Lab state: store, artifacts, logs.")]
-    = DEFAULT_LAB_DIR,
-    broker: Annotated[str, typer.Option(envvar="LAB_BROKER_URL", help="Redis URL (Celery broker and streams).")]
-    = DEFAULT_BROKER,
+    lab_dir: Annotated[Path | None, typer.Option(envvar="LAB_DIR", help="Lab state: store, artifacts, logs, and its "
+                                                 "lab file (lab.toml). Default: the lab of the nearest .lab/lab.toml "
+                                                 f"from here upwards (make demo's), else {DEFAULT_LAB_DIR}.")]
+    = None,
+    broker: Annotated[str | None, typer.Option(envvar="LAB_BROKER_URL", help="Redis URL (Celery broker and streams); "
+                                               f"default: the lab file's, else {DEFAULT_BROKER}.")] = None,
     store: Annotated[str | None, typer.Option(envvar="LAB_STORE_URL",
                                               help="Results store URL (default: SQLite in the lab dir).")] = None,
     broker_password_file: Annotated[Path | None, typer.Option(
@@ -82,12 +86,26 @@ def main_options(
     version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
                                           help="Print the version (labcontract/version.py) and exit.")] = False,
 ) -> None:
+    from orchestrator import labfile
     from orchestrator.labctl.broker import broker_url_of
 
+    try:
+        found = labfile.find(Path.cwd(), lab_dir)
+        lab = labfile.read(found) if found is not None else labfile.LabFile(Path())
+    except LabError as e:
+        fail(str(e))
+        raise typer.Exit(2) from None
+    # an option or variable given beats the lab file, key by key; a lab file with only an API (a lab reached through
+    # its web service) makes labctl work through it
+    direct = lab.broker is not None or lab.store is not None
+    api = api or (None if direct else lab.api)
+    token_file = token_file or (None if direct else lab.token_file)
     ApiOptions.url, ApiOptions.token_file = api, token_file
 
-    State.config = LabConfig(lab_dir=lab_dir, store_url=store, broker_url=broker_url_of(
-        broker, password_file=broker_password_file, ca=broker_ca, cert=broker_cert, key=broker_key))
+    State.config = LabConfig(lab_dir=lab_dir or lab.lab_dir or DEFAULT_LAB_DIR, store_url=store or lab.store,
+                             broker_url=broker_url_of(broker or lab.broker or DEFAULT_BROKER,
+                                                      password_file=broker_password_file, ca=broker_ca,
+                                                      cert=broker_cert, key=broker_key))
 
 
 # --- suites -----------------------------------------------------------------------------------
@@ -238,11 +256,14 @@ def submit(
     problems += repeat_problems(suite, repeat)
     if problems:
         raise SubmissionError(suite.source, problems)
-    run_id, reply = ControllerClient(redis_client(State.config.broker_url)).submit(
+    client = ControllerClient(redis_client(State.config.broker_url))
+    run_id, reply = client.submit(
         suite, host or "", devices, runtime, scale, live, priority=priority, not_before=not_before,
         expires_at=expires_at, initiators=initiators, max_rounds=max_rounds, repeat=repeat)
     if reply is None:
-        print("warning: the controller has not answered yet; the submission waits in the broker",
+        seen = client.controller_seen()
+        when = f" (last seen {time.time() - seen:,.0f} s ago)" if seen is not None else ""
+        print(f"warning: the controller{when} has not answered yet; the submission waits in the broker",
               file=sys.stderr)
     print(run_id)
     if wait:

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from labcontract.errors import Problem, ServiceError, SubmissionError, SuiteError
 from labcontract.protocol import (
     COMMANDS_STREAM,
+    CONTROLLER_PRESENCE_KEY,
     PROTOCOL_VERSION,
     REPLY_PREFIX,
     WEB_COMMANDS_STREAM,
@@ -120,6 +121,15 @@ def _reply_to() -> str:
 WEB_USER_HINT = "token commands need the broker user web (--broker redis://web@...)"
 
 
+def no_controller(client: redis.Redis) -> str:
+    """Why a command is not sent: no controller ever registered at this broker."""
+    kw = client.connection_pool.connection_kwargs
+    where = f"{kw.get('host', kw.get('path', '?'))}:{kw.get('port', '')}".rstrip(":")
+    return (f"no controller of a lab has ever registered at the broker at {where}: nothing was sent (is labctl "
+            "pointed at your lab? --broker / LAB_BROKER_URL, or --lab-dir / LAB_DIR where make demo and labctl lab "
+            "up leave their lab.env; else start the controller: labctl controller)")
+
+
 class ControllerClient:
     """Sends commands on ``stream`` (labctl's :data:`COMMANDS_STREAM`, or the web service's
     :data:`WEB_COMMANDS_STREAM`, which only broker user ``web`` may write), each naming ``actor``, and waits up to
@@ -133,6 +143,8 @@ class ControllerClient:
 
     def _call(self, cmd: Message, reply_to: str) -> Reply | None:
         try:
+            if not self.redis.exists(CONTROLLER_PRESENCE_KEY):
+                raise ServiceError(no_controller(self.redis))
             self.redis.xadd(self.stream, {"data": cmd.model_dump_json()})
             got = wait_reply(self.redis, reply_to, self.timeout_s)
         except redis.exceptions.NoPermissionError as e:
@@ -143,6 +155,14 @@ class ControllerClient:
         if got is None:
             return None
         return parse_reply(got[1])
+
+    def controller_seen(self) -> float | None:
+        """When this lab's controller last said it was here (seconds since the epoch); None: never, or unreadable."""
+        try:
+            raw = self.redis.get(CONTROLLER_PRESENCE_KEY)
+            return float(json.loads(raw)["last_at"]) if raw else None
+        except (ValueError, TypeError, KeyError, redis.RedisError):
+            return None
 
     def submit(self, suite: Suite, host: str, devices: Sequence[str], runtime: int | None = None,
                scale: float | None = None, live: bool = True, *, priority: int = 0,

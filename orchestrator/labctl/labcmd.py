@@ -39,6 +39,7 @@ def up(
     """Start the lab and its web service, print the URL and an admin token, and keep everything running until
     Ctrl-C (or SIGTERM); then stop every process of it. With --vms N: boot N virtual hosts instead and print the
     inventory and the command that deploys the lab onto them."""
+    from orchestrator import labfile
     from orchestrator.labs.up import StopSignals, serve_until_stopped, start_lab_up
 
     root = (lab_dir or Path(tempfile.mkdtemp(prefix="storagelab-lab-"))).resolve()
@@ -62,7 +63,10 @@ def up(
             print(f"admin token: {up_.token}", flush=True)
             print(f"token file: {up_.token_file}  (labctl --api {up_.url} --token-file {up_.token_file} runs)",
                   flush=True)
+            lab_file = labfile.write(root, broker=up_.lab.labctl_url, store=up_.store_url, api=up_.url,
+                                     token_file=up_.token_file, by="labctl lab up")
             print(f"lab directory: {root} (logs in {root / 'logs'}); Ctrl-C stops the lab", flush=True)
+            print(f"labctl with this lab: LAB_DIR={root} labctl runs  (its lab file: {lab_file})", flush=True)
             code = serve_until_stopped(up_, signals.stop, lambda line: print(line, file=sys.stderr, flush=True))
         finally:
             up_.lab.stop()

@@ -10,6 +10,7 @@ from rich.console import Console
 from labcontract.brokerauth import redact_url
 from labcontract.suite import load_suite
 from labcontract.transport import redis_client
+from orchestrator import labfile
 from orchestrator.config import LabConfig
 from orchestrator.htmlreport import write_html
 from orchestrator.labctl.client import ControllerClient
@@ -36,6 +37,7 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
             operator = lab.labctl_url
             console.print(f"started redis-server at {redact_url(lab.broker_url)} (pid {lab.procs[-1].popen.pid}); "
                           f"ACL users and password files in {config.lab_dir / 'secrets'}")
+        labfile.write(config.lab_dir, broker=operator, store=config.db_url, by="labctl demo")   # labctl finds it
         dut = lab.make_dut("demo-dut", size_mib)
         how = f"loop device {dut.loop} (direct I/O) on {dut.backing}" if dut.loop else f"file {dut.backing}"
         console.print(f"DUT: {how}, {size_mib} MiB")

@@ -131,12 +131,19 @@ def test_lab_up_serves_until_ctrl_c(tmp_path: Path) -> None:
     try:
         lines = Lines(proc)
         got = lines.until({"url": r"^web service: (http://127\.0\.0\.1:\d+)\s*$",
-                                "token": r"^admin token: (slab_\S+)\s*$", "file": r"^token file: (\S+)"}, 150)
+                                "token": r"^admin token: (slab_\S+)\s*$", "file": r"^token file: (\S+)",
+                                "use": r"^labctl with this lab: LAB_DIR=(\S+) labctl runs"}, 150)
         url, token = got["url"], got["token"]
         assert get(f"{url}/api/whoami", token)["role"] == "admin"
         hosts = get(f"{url}/api/hosts", token)
         assert [h["name"] for h in hosts] == ["lab-local"]
         assert [d["name"] for d in hosts[0]["devices"]] == ["dut0"]
+        # labctl finds the lab by its lab file (LAB_DIR, as lab up says): the store, and the broker with a controller
+        assert Path(got["use"]) == lab_dir and (lab_dir / "lab.toml").is_file()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAB_")} | {"LAB_DIR": str(lab_dir)}
+        shown = subprocess.run([sys.executable, "-m", "orchestrator.labctl.cli", "hosts"], capture_output=True,
+                               text=True, timeout=120, cwd=tmp_path, env=env)
+        assert shown.returncode == 0 and "lab-local" in shown.stdout, shown.stdout + shown.stderr
         token_file = Path(got["file"])
         assert token_file.read_text().strip() == token
         assert token_file.stat().st_mode & 0o077 == 0
