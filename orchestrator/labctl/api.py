@@ -207,6 +207,14 @@ class ApiClient:
     def export(self, run_id: str, fmt: str = "csv", table: str = "results", units: str = "decimal") -> str:
         return self._text(f"/api/runs/{_seg(run_id)}/export", [("format", fmt), ("table", table), ("units", units)])
 
+    def regressions(self, *, since: str | None = None, host: str | None = None,
+                    all_: bool = False) -> dict[str, Any]:
+        query = [(k, v) for k, v in (("since", since), ("host", host)) if v is not None]
+        return self._object("GET", "/api/regressions", [*query, ("all", "true" if all_ else "false")])
+
+    def acknowledge(self, regression_id: str, reason: str = "") -> dict[str, Any]:
+        return self._object("POST", f"/api/regressions/{_seg(regression_id)}/ack", body={"reason": reason})
+
     def artifacts(self, run_id: str) -> list[dict[str, Any]]:
         return self._list(f"/api/runs/{_seg(run_id)}/artifacts")
 

@@ -80,3 +80,32 @@ def test_admin_tokens_through_the_api(web: WebHandle) -> None:  # noqa: F811
         fresh.whoami()
     with pytest.raises(Forbidden):
         api(web, "engineer").tokens()
+
+
+def test_regressions_and_ack_are_the_same_with_and_without_api(web: WebHandle, tmp_path: Path) -> None:  # noqa: F811
+    """``labctl regressions`` (table and --json) and ``regressions ack`` through ``--api`` print what they print
+    against the store (issue 27: with --api they silently read the local store)."""
+    import os
+    import subprocess
+    import sys
+
+    token_file = tmp_path / "viewer.token"
+    token_file.write_text(web.tokens["viewer"] + "\n")
+    os.chmod(token_file, 0o600)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAB_")}
+
+    def through_api(*args: str) -> subprocess.CompletedProcess[str]:
+        # nowhere to read a store from: only the API can answer
+        return subprocess.run([sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(tmp_path / "none"),
+                               "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}", "--api", web.url,
+                               "--token-file", str(token_file), *args], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path, env=env)
+
+    for args in (("regressions",), ("regressions", "--json"), ("regressions", "--all", "--since", "30d")):
+        local, remote = web.lab.labctl(*args), through_api(*args)
+        assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+        assert remote.stdout == local.stdout, (args, local.stdout, remote.stdout)
+    local, remote = web.lab.labctl("regressions", "ack", "0123456789ab"), through_api("regressions", "ack",
+                                                                                        "0123456789ab")
+    assert local.returncode == remote.returncode != 0
+    assert "no regression '0123456789ab'" in local.stderr and remote.stderr == local.stderr
