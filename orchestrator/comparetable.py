@@ -186,3 +186,15 @@ def grid(heads: list[str], widths: list[int], rows: list[Line], left: set[int]) 
             out.append(rule("├", "┼", "┤", "─"))
     out.append(rule("└", "┴", "┘", "─"))
     return out
+
+
+def table_text(c: Comparison, width: int, color_system: str | None = None) -> str:
+    """The table :func:`print_table` prints, as the text a terminal ``width`` columns wide (and, with
+    ``color_system``, in colour) would show: what the web API sends ``labctl --api compare``."""
+    import io
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color_system is not None, legacy_windows=False,
+                      color_system=color_system)  # type: ignore[arg-type]
+    print_table(console, c)
+    return buf.getvalue()

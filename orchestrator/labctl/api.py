@@ -111,9 +111,11 @@ class ApiClient:
 
     def _request(self, method: str, path: str, query: Sequence[tuple[str, str]] = (),
                  body: Mapping[str, Any] | None = None, *, limit: int | None = None,
-                 source: str | None = None) -> bytes:
+                 source: str | None = None, headers_out: dict[str, str] | None = None) -> bytes:
         conn, resp = self._open(method, path, query, body)
         try:
+            if headers_out is not None:
+                headers_out.update({k.lower(): v[:4096] for k, v in resp.getheaders()})
             data = _read_bounded(resp, MAX_JSON_BYTES if limit is None else limit, self.base_url)
             if resp.status >= 400:
                 raise _error(resp.status, data, method, path, source)
@@ -201,8 +203,16 @@ class ApiClient:
         """The run's HTML report (the page ``labctl report --html`` writes)."""
         return self._text(f"/api/runs/{_seg(run_id)}/report")
 
-    def compare(self, run_ids: Sequence[str], fmt: str = "html", units: str = "decimal") -> str:
-        return self._text("/api/compare", [*(("run", r) for r in run_ids), ("format", fmt), ("units", units)])
+    def compare(self, run_ids: Sequence[str], fmt: str = "html", units: str = "decimal", *, width: int = 200,
+                color: str | None = None) -> tuple[str, list[str]]:
+        """The comparison in ``fmt`` (``table``: drawn ``width`` wide in ``color``) and the runs still going on."""
+        headers: dict[str, str] = {}
+        data = self._request("GET", "/api/compare", [*(("run", r) for r in run_ids), ("format", fmt),
+                                                     ("units", units), ("width", str(width)),
+                                                     ("color", color or "none")],
+                             limit=MAX_TEXT_BYTES, headers_out=headers)
+        partial = [r for r in headers.get("x-partial-runs", "").split(",") if r]
+        return data.decode("utf-8", errors="replace"), partial
 
     def export(self, run_id: str, fmt: str = "csv", table: str = "results", units: str = "decimal") -> str:
         return self._text(f"/api/runs/{_seg(run_id)}/export", [("format", fmt), ("table", table), ("units", units)])

@@ -75,6 +75,10 @@ def compare(
 
     if format not in ("table", *FORMATS):
         raise CompareError(f"--format: unknown format {format!r} (choose from table, {', '.join(FORMATS)})")
+    from orchestrator.labctl.apicmds import api_client
+
+    if (api_ := api_client()) is not None:
+        return _compare_through(api_, runs, format, units, html)
     with _sessions()() as s:
         c = compare_runs(s, runs, units)
         if format == "table":
@@ -87,6 +91,31 @@ def compare(
         if html is not None:
             _write_html(c.details, html, None)
             print(f"HTML report: {html}", file=sys.stderr if format != "table" else sys.stdout)
+
+
+def _compare_through(api: Any, runs: list[str], format: str, units: str, html: Path | None) -> None:
+    """``labctl --api … compare``: the web service compares (the same code) and draws the table for this terminal's
+    width and colours, so that the output is what the command prints against the store."""
+    from labcontract.errors import CompareError
+    from orchestrator.units import check_units
+
+    check_units(units)
+    if len(runs) < 2:                       # (as compare_runs words it)
+        raise CompareError(f"compare needs at least 2 runs, got {len(runs)}")
+    ids = [api.resolve(r) for r in runs]
+    color = out.color_system if out.color_system in ("standard", "256", "truecolor") else None
+    text, partial = api.compare(ids, format, units, width=out.width, color=color)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    for rid in partial:
+        print(f"warning: run {rid} is {api.run(rid).get('state')}: partial", file=sys.stderr)
+    if html is not None:
+        page, _ = api.compare(ids, "html", units)
+        try:
+            html.write_text(page, encoding="utf-8")
+        except OSError as e:
+            raise LabError(f"{html}: cannot write the HTML report: {e.strerror or e}") from e
+        print(f"HTML report: {html}", file=sys.stderr if format != "table" else sys.stdout)
 
 
 @_input_fails_2

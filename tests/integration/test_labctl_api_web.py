@@ -4,7 +4,11 @@ overnight workflow with a token only, and each refusal as the project's error wi
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -82,24 +86,25 @@ def test_admin_tokens_through_the_api(web: WebHandle) -> None:  # noqa: F811
         api(web, "engineer").tokens()
 
 
-def test_regressions_and_ack_are_the_same_with_and_without_api(web: WebHandle, tmp_path: Path) -> None:  # noqa: F811
-    """``labctl regressions`` (table and --json) and ``regressions ack`` through ``--api`` print what they print
-    against the store (issue 27: with --api they silently read the local store)."""
-    import os
-    import subprocess
-    import sys
-
+def api_labctl(web: WebHandle, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:  # noqa: F811
+    """labctl through ``--api`` with a viewer's token and nowhere to read a store from: only the API can answer."""
     token_file = tmp_path / "viewer.token"
     token_file.write_text(web.tokens["viewer"] + "\n")
     os.chmod(token_file, 0o600)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAB_")}
 
     def through_api(*args: str) -> subprocess.CompletedProcess[str]:
-        # nowhere to read a store from: only the API can answer
         return subprocess.run([sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(tmp_path / "none"),
                                "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}", "--api", web.url,
                                "--token-file", str(token_file), *args], capture_output=True, text=True, timeout=120,
                               cwd=tmp_path, env=env)
+    return through_api
+
+
+def test_regressions_and_ack_are_the_same_with_and_without_api(web: WebHandle, tmp_path: Path) -> None:  # noqa: F811
+    """``labctl regressions`` (table and --json) and ``regressions ack`` through ``--api`` print what they print
+    against the store (issue 27: with --api they silently read the local store)."""
+    through_api = api_labctl(web, tmp_path)
 
     for args in (("regressions",), ("regressions", "--json"), ("regressions", "--all", "--since", "30d")):
         local, remote = web.lab.labctl(*args), through_api(*args)
@@ -109,3 +114,25 @@ def test_regressions_and_ack_are_the_same_with_and_without_api(web: WebHandle, t
                                                                                         "0123456789ab")
     assert local.returncode == remote.returncode != 0
     assert "no regression '0123456789ab'" in local.stderr and remote.stderr == local.stderr
+
+
+def test_compare_of_n_runs_in_every_format_is_the_same_with_and_without_api(web: WebHandle,  # noqa: F811
+                                                                             tmp_path: Path) -> None:
+    """``labctl compare`` of three runs (``last`` and ids) as a table, JSON and CSV, in MB/s and MiB/s, through
+    ``--api`` prints what it prints against the store (issue 27: --api compare silently read the local store)."""
+    eng = api(web, "engineer")
+    ids = [eng.submit(web.lab.host, ["dut0"], suite_yaml=ONE_STEP, source="one.yaml") for _ in range(3)]
+    wait_for(lambda: all(eng.run(r)["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") for r in ids), 180,
+             "three runs to end", interval=0.2)
+    through_api = api_labctl(web, tmp_path)
+    for args in (("compare", ids[0], ids[1], "last"), ("compare", *ids, "--format", "json"),
+                 ("compare", *ids, "--format", "csv", "--units", "binary"),
+                 ("compare", *ids, "--units", "binary")):
+        local, remote = web.lab.labctl(*args), through_api(*args)
+        assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+        assert remote.stdout == local.stdout, (args, local.stdout, remote.stdout)
+        assert remote.stderr == local.stderr
+    assert "MiB/s" in remote.stdout
+    local, remote = web.lab.labctl("compare", ids[0]), through_api("compare", ids[0])
+    assert local.returncode == remote.returncode == 2 and remote.stderr == local.stderr
+    assert "compare needs at least 2 runs, got 1" in remote.stderr

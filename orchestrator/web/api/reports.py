@@ -39,11 +39,15 @@ def report(request: Request, run_id: Annotated[str, Path(max_length=64)]) -> HTM
        responses={200: {"content": {"text/html": {}, "application/json": {}, "text/csv": {}}}})
 def compare(request: Request,
             run: Annotated[list[Annotated[str, Query(max_length=64)]], Query(min_length=2, max_length=MAX_COMPARE)],
-            format: Literal["html", "json", "csv"] = "html",
-            units: Literal["decimal", "binary"] = "decimal") -> Response:
+            format: Literal["html", "json", "csv", "table"] = "html",
+            units: Literal["decimal", "binary"] = "decimal",
+            width: Annotated[int, Query(ge=40, le=1000)] = 200,
+            color: Literal["none", "standard", "256", "truecolor"] = "none") -> Response:
     """Runs side by side, cell by cell; the first is the baseline (``labctl compare``): each run's mean over a
     cell's repeats and, per figure, the verdict against the first run (``verdicts`` in JSON, ``*_verdict``
-    columns in CSV; docs/metrics.md "Comparing runs"). ``units``: bandwidth in MB/s or MiB/s (``mib_s``)."""
+    columns in CSV; docs/metrics.md "Comparing runs"). ``units``: bandwidth in MB/s or MiB/s (``mib_s``).
+    ``table``: the terminal table ``labctl compare`` prints, drawn ``width`` columns wide in ``color`` (what the
+    client's terminal takes); the header ``X-Partial-Runs`` names the runs still going on."""
     from orchestrator.compare import as_csv, as_json, compare_details
 
     if len(set(run)) != len(run):
@@ -54,6 +58,12 @@ def compare(request: Request,
         return HTMLResponse(html_of(request, "compare", list(run)))
     with store(request) as s:
         c = compare_details([queries.detail(s, rid, light=True) for rid in run], units)
+        partial = {"X-Partial-Runs": ",".join(d.run.id for i, d in enumerate(c.details) if c.partial(i))}
         if format == "json":
-            return Response(as_json(c), media_type="application/json")
-        return Response(as_csv(c), media_type="text/csv; charset=utf-8")
+            return Response(as_json(c), media_type="application/json", headers=partial)
+        if format == "table":
+            from orchestrator.comparetable import table_text
+
+            return Response(table_text(c, width, None if color == "none" else color),
+                            media_type="text/plain; charset=utf-8", headers=partial)
+        return Response(as_csv(c), media_type="text/csv; charset=utf-8", headers=partial)
