@@ -170,19 +170,30 @@ def write_report(api: ApiClient, ref: str, html: Path) -> None:
 
 def export(api: ApiClient, refs: Sequence[str], fmt: str, table: str, output: Path | None,
            units: str = "decimal") -> None:
-    """``labctl export`` of one run through the API: to standard output, or to ``output`` (a file, or a
-    directory: ``TABLE.csv`` / ``export.json`` in it)."""
-    from labcontract.errors import ExportError, LabError
+    """``labctl export`` through the API: each run's tables as the service builds them (JSON rows), written by the
+    same format writer as against the store, so every run, table, format, --output and refusal is the same."""
+    import json
 
-    if len(refs) != 1:
-        raise ExportError("through --api, export one run at a time")
-    text = api.export(api.resolve(refs[0]), fmt, table, units)
-    if output is None:
-        sys.stdout.write(text)
-        return
-    path = output / (f"{table}.csv" if fmt == "csv" else "export.json") if output.is_dir() else output
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise LabError(f"{path}: cannot write the export: {e.strerror or e}") from None
-    print(path)
+    from labcontract.errors import ExportError
+    from orchestrator import units as unit
+    from orchestrator.export import FORMATS, table_names
+    from orchestrator.export.tables import TABLES, Table
+
+    if fmt not in FORMATS:
+        raise ExportError(f"--format: unknown export format {fmt!r} (choose from {', '.join(sorted(FORMATS))})")
+    names = table_names(table)
+    unit.check_units(units)
+    rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for ref in refs:
+        try:
+            doc = json.loads(api.export(api.resolve(ref), "json", table, units))
+        except ValueError:
+            raise ExportError("the web service's export is not JSON") from None
+        for n in names:
+            got = doc.get(n) if isinstance(doc, dict) else None
+            if not isinstance(got, list) or not all(isinstance(r, dict) for r in got):
+                raise ExportError(f"the web service's export has no {n} table")
+            rows[n] += got
+    tables = [Table(n, tuple(unit.named(c, units) for c in TABLES[n][0]), rows[n]) for n in names]
+    for path in FORMATS[fmt].write(tables, output, sys.stdout):
+        print(path)

@@ -116,10 +116,12 @@ def test_regressions_and_ack_are_the_same_with_and_without_api(web: WebHandle, t
     assert "no regression '0123456789ab'" in local.stderr and remote.stderr == local.stderr
 
 
-def test_compare_of_n_runs_in_every_format_is_the_same_with_and_without_api(web: WebHandle,  # noqa: F811
-                                                                             tmp_path: Path) -> None:
-    """``labctl compare`` of three runs (``last`` and ids) as a table, JSON and CSV, in MB/s and MiB/s, through
-    ``--api`` prints what it prints against the store (issue 27: --api compare silently read the local store)."""
+def test_compare_and_export_of_n_runs_are_the_same_with_and_without_api(web: WebHandle,  # noqa: F811
+                                                                         tmp_path: Path) -> None:
+    """``labctl compare`` of three runs (``last`` and ids) as a table, JSON and CSV, in MB/s and MiB/s, and ``labctl
+    export`` of them (every table, CSV into a directory, JSON), through ``--api`` print and write what they do
+    against the store (issue 27: --api compare read the local store, --api export took one run and refused
+    --table all --output DIR)."""
     eng = api(web, "engineer")
     ids = [eng.submit(web.lab.host, ["dut0"], suite_yaml=ONE_STEP, source="one.yaml") for _ in range(3)]
     wait_for(lambda: all(eng.run(r)["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") for r in ids), 180,
@@ -136,3 +138,18 @@ def test_compare_of_n_runs_in_every_format_is_the_same_with_and_without_api(web:
     local, remote = web.lab.labctl("compare", ids[0]), through_api("compare", ids[0])
     assert local.returncode == remote.returncode == 2 and remote.stderr == local.stderr
     assert "compare needs at least 2 runs, got 1" in remote.stderr
+    for fmt in ("csv", "json"):
+        mine, theirs = tmp_path / f"local-{fmt}", tmp_path / f"api-{fmt}"
+        local = web.lab.labctl("export", *ids, "--format", fmt, "--table", "all", "--output", str(mine))
+        remote = through_api("export", *ids, "--format", fmt, "--table", "all", "--output", str(theirs))
+        assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+        written = sorted(p.name for p in mine.iterdir())
+        assert written == sorted(p.name for p in theirs.iterdir()) and written
+        for name in written:
+            assert (theirs / name).read_bytes() == (mine / name).read_bytes(), name
+    args = ("export", *ids, "--format", "csv", "--units", "binary")
+    local, remote = web.lab.labctl(*args), through_api(*args)
+    assert remote.stdout == local.stdout and "mib_s" in remote.stdout and remote.stdout.count("\n") == 4
+    args = ("export", *ids, "--format", "csv", "--table", "all")
+    local, remote = web.lab.labctl(*args), through_api(*args)
+    assert local.returncode == remote.returncode == 2 and remote.stderr == local.stderr
