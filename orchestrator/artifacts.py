@@ -30,3 +30,27 @@ class ArtifactStore:
 
     def read(self, rel: str) -> bytes:
         return (self.root / rel).read_bytes()
+
+
+CHUNK = 1 << 20
+
+
+def contained(root: Path, rel: str) -> Path | None:
+    """``root / rel`` resolved, when it is a regular file inside ``root``; None otherwise (a row pointing elsewhere,
+    by a symlink or ``..``, names no artifact: a download or a copy never reads another file)."""
+    base = root.resolve()
+    try:
+        path = (base / rel).resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):
+        return None
+    if not path.is_relative_to(base) or not path.is_file():
+        return None
+    return path
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()

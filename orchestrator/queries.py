@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, defer, selectinload
 
 from labcontract.errors import StoreError
-from orchestrator.store.models import Attempt, Host, NetGroup, PreconditionRecord, Result, Run, Step
+from orchestrator.store.models import Artifact, Attempt, Host, NetGroup, PreconditionRecord, Result, Run, Step
 
 
 @dataclass(frozen=True)
@@ -159,3 +159,15 @@ def result_tool(res: Result) -> tuple[str | None, str | None]:
         fv = res.fio_version or None
         return ("fio" if fv and str(fv).startswith("fio") else fv), fv
     return str(tool), None if version is None else str(version)
+
+
+def artifact_rows(s: Session, run_id: str) -> list[dict[str, Any]]:
+    """Every artifact of a run's attempts in plan order: id, step_id, step (its name), attempt_id, name, size, sha256
+    and path (relative to the artifact directory: the store's, never sent over the API)."""
+    rows = s.execute(select(Artifact.id, Attempt.step_id, Step.name, Artifact.attempt_id, Artifact.name,
+                            Artifact.size, Artifact.sha256, Artifact.path)
+                     .join(Attempt, Attempt.id == Artifact.attempt_id).join(Step, Step.id == Attempt.step_id)
+                     .where(Step.run_id == run_id)
+                     .order_by(Step.seq, Step.round, Attempt.number, Artifact.name)).all()
+    return [{"id": i, "step_id": sid, "step": step, "attempt_id": aid, "name": n, "size": size, "sha256": sha,
+             "path": path} for i, sid, step, aid, n, size, sha, path in rows]

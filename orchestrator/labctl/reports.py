@@ -19,7 +19,9 @@ from orchestrator.states import TERMINAL_RUN
 
 def add_report_commands(app: typer.Typer) -> None:
     """Register the commands of this module as top-level ``labctl`` commands."""
-    for fn in (compare, report, export):
+    from orchestrator.labctl.artifacts import artifacts
+
+    for fn in (compare, report, export, artifacts):
         app.command()(fn)
 
 

@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session, load_only, selectinload
 
 from labcontract.errors import InputError, NotFound, Problem
 from orchestrator.config import ControllerTuning
-from orchestrator.queries import RunDetail, run_detail
+from orchestrator.queries import RunDetail, artifact_rows, run_detail
 from orchestrator.states import TERMINAL_STEP
-from orchestrator.store.models import Artifact, Attempt, Device, Host, Result, Run, Schedule, Step
+from orchestrator.store.models import Device, Host, Result, Run, Schedule, Step
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")      # labcontract.protocol.Submit.run_id
 MAX_LIMIT = 200
@@ -176,13 +176,9 @@ def step_dict(st: Step, run_host: str) -> dict[str, Any]:
 
 
 def run_artifacts(s: Session, run_id: str) -> list[dict[str, Any]]:
+    """orchestrator.queries.artifact_rows without the store's paths."""
     get_run(s, run_id)
-    rows = s.execute(select(Artifact.id, Attempt.step_id, Artifact.attempt_id, Artifact.name, Artifact.size,
-                            Artifact.sha256).join(Attempt, Attempt.id == Artifact.attempt_id)
-                     .join(Step, Step.id == Attempt.step_id).where(Step.run_id == run_id)
-                     .order_by(Step.seq, Step.round, Attempt.number, Artifact.name)).all()
-    return [{"id": i, "step_id": sid, "attempt_id": aid, "name": n, "size": size, "sha256": sha}
-            for i, sid, aid, n, size, sha in rows]
+    return [{k: v for k, v in row.items() if k != "path"} for row in artifact_rows(s, run_id)]
 
 
 def step_series(s: Session, run_id: str, step_id: str) -> dict[str, Any]:

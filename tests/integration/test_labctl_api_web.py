@@ -153,3 +153,17 @@ def test_compare_and_export_of_n_runs_are_the_same_with_and_without_api(web: Web
     args = ("export", *ids, "--format", "csv", "--table", "all")
     local, remote = web.lab.labctl(*args), through_api(*args)
     assert local.returncode == remote.returncode == 2 and remote.stderr == local.stderr
+    # the raw artifacts, listed and fetched, the same both ways (issue 27: no labctl command fetched them)
+    local, remote = web.lab.labctl("artifacts", ids[0]), through_api("artifacts", ids[0])
+    assert local.returncode == remote.returncode == 0 and remote.stdout == local.stdout
+    assert "fio.json" in local.stdout and "job.fio" in local.stdout
+    mine, theirs = tmp_path / "arts-local", tmp_path / "arts-api"
+    local = web.lab.labctl("artifacts", ids[0], "--output", str(mine))
+    remote = through_api("artifacts", ids[0], "--output", str(theirs))
+    assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+    files = sorted(p.relative_to(mine) for p in mine.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file())
+    assert {p.name for p in files} >= {"fio.json", "job.fio", "host-cpu.start", "host-cpu.end"}
+    assert all((mine / p).read_bytes() == (theirs / p).read_bytes() for p in files)
+    step_only = through_api("artifacts", ids[0], "--step", "no-such-step")
+    assert step_only.returncode != 0 and "has no artifact of a step 'no-such-step'" in step_only.stderr

@@ -7,21 +7,19 @@ so a download can never read another file of the server.
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path as FsPath
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import FileResponse
 
 from labcontract.errors import NotFound
+from orchestrator.artifacts import contained, sha256_of
 from orchestrator.store.models import Artifact
 from orchestrator.web import queries
 from orchestrator.web.api.common import route, store
 from orchestrator.web.api.models import ArtifactOut
 
 router = APIRouter(prefix="/api", tags=["artifacts"])
-CHUNK = 1 << 20
 
 
 @route(router, "GET", "/runs/{run_id}/artifacts", "viewer", response_model=list[ArtifactOut])
@@ -29,26 +27,6 @@ def list_artifacts(request: Request, run_id: Annotated[str, Path(max_length=64)]
     queries.check_run_id(run_id)
     with store(request) as s:
         return [ArtifactOut.model_validate(a) for a in queries.run_artifacts(s, run_id)]
-
-
-def contained(root: FsPath, rel: str) -> FsPath | None:
-    """``root / rel`` resolved, when it is a regular file inside ``root``; None otherwise."""
-    base = root.resolve()
-    try:
-        path = (base / rel).resolve(strict=True)
-    except (OSError, RuntimeError, ValueError):
-        return None
-    if not path.is_relative_to(base) or not path.is_file():
-        return None
-    return path
-
-
-def sha256_of(path: FsPath) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @route(router, "GET", "/artifacts/{artifact_id}", "viewer", response_class=FileResponse,

@@ -88,6 +88,7 @@ class RunOut(RunSummary):
 class ArtifactOut(BaseModel):
     id: int
     step_id: str
+    step: str = ""          # the step's name
     attempt_id: str
     name: str
     size: int
