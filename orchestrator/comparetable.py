@@ -25,6 +25,7 @@ from orchestrator.cellmetrics import HEADLINE, Metric
 from orchestrator.cells import op_modes
 from orchestrator.compare import ALPHA, CANNOT_JUDGE, Comparison, Row, ref_name
 from orchestrator.stats.significance import test_for
+from orchestrator.textout import ColorSystem, drawn
 
 TEST_NAMES = {"welch": "Welch's t-test", "mann-whitney": "Mann-Whitney U"}
 Line = tuple[list[str], bool]      # a row's cells, whether it ends its cell's group; one cell: a spanning line
@@ -188,13 +189,8 @@ def grid(heads: list[str], widths: list[int], rows: list[Line], left: set[int]) 
     return out
 
 
-def table_text(c: Comparison, width: int, color_system: str | None = None) -> str:
-    """The table :func:`print_table` prints, as the text a terminal ``width`` columns wide (and, with
-    ``color_system``, in colour) would show: what the web API sends ``labctl --api compare``."""
-    import io
 
-    buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=color_system is not None, legacy_windows=False,
-                      color_system=color_system)  # type: ignore[arg-type]
-    print_table(console, c)
-    return buf.getvalue()
+def table_text(c: Comparison, width: int, color_system: ColorSystem | None = None) -> str:
+    """The table :func:`print_table` prints, as a terminal ``width`` columns wide would show it (what the web API
+    sends ``labctl --api compare``)."""
+    return drawn(lambda console: print_table(console, c), width, color_system)

@@ -114,25 +114,6 @@ def print_runs(api: ApiClient, out: Console, limit: int, **filters: Any) -> None
     out.print(table)
 
 
-def print_run(api: ApiClient, out: Console, ref: str) -> None:
-    """The run and its steps, from ``GET /api/runs/{id}`` (the direct ``run show`` also prints the figures;
-    ``labctl export`` and ``report --html`` give them through the API)."""
-    r = api.run(api.resolve(ref))
-    out.print(f"run {_s(r.get('id'))}: suite {_s(r.get('suite'))} on {_s(r.get('host'))} "
-              f"{_s(r.get('devices'))}  state {_s(r.get('state'))}  steps {_s(r.get('steps_done'))}/"
-              f"{_s(r.get('steps_total'))}  submitted {_when(r.get('submitted_at'))} by {_s(r.get('submitted_by'))}",
-              highlight=False)
-    if r.get("reason"):
-        out.print(f"reason: {_s(r.get('reason'), 500)}", highlight=False)
-    table = Table("seq", "kind", "step", "state", "attempts", "reason")
-    for st in _items(r.get("steps")):
-        if isinstance(st, dict):
-            attempts = _items(st.get("attempts"))
-            table.add_row(_s(st.get("seq")), _s(st.get("kind")), _s(st.get("name")), _s(st.get("state")),
-                          str(len(attempts)), _s(st.get("reason"), 80))
-    out.print(table)
-
-
 def print_queue(api: ApiClient, out: Console) -> None:
     table = Table("run", "suite", "prio", "target", "state", "steps", "status")
     for q in api.queue():

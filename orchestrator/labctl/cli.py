@@ -426,10 +426,12 @@ def runs(limit: Annotated[int, typer.Option()] = 30) -> None:
 def run_show(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")],
              rounds: Annotated[bool, typer.Option(help="Show every precondition round.")] = False) -> None:
     """Steps, states, the four review metrics per cell, preconditioning verdicts, platform."""
-    if (api_ := api_client()) is not None:      # the steps and states (figures: labctl export / report --html)
-        from orchestrator.labctl.apicmds import print_run as print_api_run
+    if (api_ := api_client()) is not None:      # drawn by the service for this terminal: the same output
+        from orchestrator.textout import terminal_of
 
-        return print_api_run(api_, out, run)
+        width, color = terminal_of(out)
+        sys.stdout.write(api_.show(api_.resolve(run), rounds=rounds, width=width, color=color))
+        return
     from orchestrator.queries import run_detail
     from orchestrator.report import print_run
 

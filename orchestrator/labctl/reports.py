@@ -105,8 +105,10 @@ def _compare_through(api: Any, runs: list[str], format: str, units: str, html: P
     if len(runs) < 2:                       # (as compare_runs words it)
         raise CompareError(f"compare needs at least 2 runs, got {len(runs)}")
     ids = [api.resolve(r) for r in runs]
-    color = out.color_system if out.color_system in ("standard", "256", "truecolor") else None
-    text, partial = api.compare(ids, format, units, width=out.width, color=color)
+    from orchestrator.textout import terminal_of
+
+    width, color = terminal_of(out)
+    text, partial = api.compare(ids, format, units, width=width, color=color)
     sys.stdout.write(text)
     sys.stdout.flush()
     for rid in partial:

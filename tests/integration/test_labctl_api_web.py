@@ -167,3 +167,52 @@ def test_compare_and_export_of_n_runs_are_the_same_with_and_without_api(web: Web
     assert all((mine / p).read_bytes() == (theirs / p).read_bytes() for p in files)
     step_only = through_api("artifacts", ids[0], "--step", "no-such-step")
     assert step_only.returncode != 0 and "has no artifact of a step 'no-such-step'" in step_only.stderr
+    # run show: the figures, verdicts, platform and drive health too (issue 27: --api run show printed steps only)
+    for args in (("run", "show", ids[0]), ("run", "show", "last", "--rounds")):
+        local, remote = web.lab.labctl(*args), through_api(*args)
+        assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+        assert remote.stdout == local.stdout, (args, local.stdout, remote.stdout)
+    assert "IOPS" in remote.stdout and "p99 clat us" in remote.stdout
+    # on a terminal (a pseudo-terminal 120 columns wide, 256 colours) too: the service draws for the client's
+    # terminal, so the bytes, escape sequences included, are the ones labctl draws itself
+    tty_env = env_without_lab() | {"TERM": "xterm-256color", "COLUMNS": "120"}
+    for args in (("run", "show", ids[0]), ("compare", *ids)):
+        here = on_a_tty([sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(web.lab.lab.root),
+                         "--broker", web.lab.lab.labctl_url or "", "--store", web.lab.store_url, *args], tty_env)
+        there = on_a_tty([sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(tmp_path / "none"),
+                          "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}", "--api", web.url, "--token-file",
+                          str(tmp_path / "viewer.token"), *args], tty_env)
+        assert there == here, args
+        assert b"\x1b[" in here or args[0] == "compare"       # (compare's table is drawn without colour)
+
+
+def env_without_lab() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("LAB_") and k not in ("COLORTERM", "NO_COLOR")}
+
+
+def on_a_tty(argv: list[str], env: dict[str, str], cols: int = 120) -> bytes:
+    """What ``argv`` writes to a pseudo-terminal ``cols`` columns wide (its standard error apart)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, cols, 0, 0))
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=env)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:          # EIO: the process closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(120)
+        assert proc.returncode == 0, proc.stderr.read() if proc.stderr else b""
+        return b"".join(chunks)
+    finally:
+        os.close(master)

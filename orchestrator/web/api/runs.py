@@ -92,3 +92,21 @@ def export(request: Request, run_id: RunId, format: Literal["csv", "json"] = "cs
     media = "text/csv; charset=utf-8" if format == "csv" else "application/json"
     return Response(out.getvalue(), media_type=media,
                     headers={"Content-Disposition": f'attachment; filename="{run_id}-{table}.{format}"'})
+
+
+@route(router, "GET", "/runs/{run_id}/show", "viewer", response_class=Response,
+       responses={200: {"content": {"text/plain": {}}}})
+def show(request: Request, run_id: RunId, rounds: bool = False, width: Annotated[int, Query(ge=40, le=1000)] = 200,
+         color: Literal["none", "standard", "256", "truecolor"] = "none") -> Response:
+    """What ``labctl run show`` prints (steps, the figures of every cell, repeats, preconditioning verdicts,
+    overrides, the platform, drive health), drawn ``width`` columns wide in ``color``: ``labctl --api run show``."""
+    from orchestrator.report import print_run
+    from orchestrator.textout import drawn
+
+    queries.check_run_id(run_id)
+    with store(request) as s:
+        d = queries.detail(s, run_id)
+        text = drawn(lambda console: print_run(console, d, rounds=rounds,
+                                               artifact_root=request.app.state.web.cfg.artifact_dir),
+                     width, None if color == "none" else color)
+    return Response(text, media_type="text/plain; charset=utf-8")
