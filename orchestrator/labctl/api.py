@@ -217,6 +217,9 @@ class ApiClient:
     def export(self, run_id: str, fmt: str = "csv", table: str = "results", units: str = "decimal") -> str:
         return self._text(f"/api/runs/{_seg(run_id)}/export", [("format", fmt), ("table", table), ("units", units)])
 
+    def hosts_shown(self, *, width: int = 200, color: str | None = None) -> str:
+        return self._text("/api/hosts/show", [("width", str(width)), ("color", color or "none")])
+
     def show(self, run_id: str, *, rounds: bool = False, width: int = 200, color: str | None = None) -> str:
         return self._text(f"/api/runs/{_seg(run_id)}/show", [("rounds", "true" if rounds else "false"),
                                                              ("width", str(width)), ("color", color or "none")])

@@ -123,20 +123,6 @@ def print_queue(api: ApiClient, out: Console) -> None:
     out.print(table)
 
 
-def print_hosts(api: ApiClient, out: Console) -> None:
-    table = Table("host", "state", "last heartbeat", "DUTs", "quarantine")
-    now = time.time()
-    for h in api.hosts():
-        devs = _items(h.get("devices"))
-        duts = ", ".join(f"{_s(d.get('name'))}={_s(d.get('path'))} {_s(d.get('model'), 40)}"
-                         + (" [QUARANTINED]" if d.get("quarantined") else "") for d in devs if isinstance(d, dict))
-        seen = h.get("last_seen")
-        age = f"{now - seen:.0f}s ago" if isinstance(seen, (int, float)) else "-"
-        table.add_row(_s(h.get("name")), _s(h.get("state")) + (" QUARANTINED" if h.get("quarantined") else ""),
-                      age, duts or "-", _s(h.get("reason"), 80) if h.get("quarantined") else "-")
-    out.print(table)
-
-
 def write_report(api: ApiClient, ref: str, html: Path) -> None:
     """``labctl report RUN --html FILE`` through the API: the service's rendering, written to FILE."""
     from labcontract.errors import LabError

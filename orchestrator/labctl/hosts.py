@@ -14,7 +14,6 @@ from rich.table import Table
 from rich.text import Text
 
 from labcontract.errors import InputError, Problem
-from orchestrator.config import ControllerTuning
 from orchestrator.labctl.common import State, checked_reply, fail, fails_cleanly, out, sessions_or_fail
 from orchestrator.labctl.fleet import (
     DEFAULT_JOURNAL_UNIT,
@@ -37,54 +36,18 @@ def hosts(ctx: typer.Context) -> None:
     """Registered hosts, their state and declared DUTs."""
     if ctx.invoked_subcommand is not None:
         return
-    from orchestrator.labctl.apicmds import api_client, print_hosts
+    from orchestrator.labctl.apicmds import api_client
 
-    if (api_ := api_client()) is not None:
-        return print_hosts(api_, out)
-    from orchestrator.queries import list_hosts
+    if (api_ := api_client()) is not None:      # drawn by the service for this terminal: the same output
+        from orchestrator.textout import terminal_of
 
-    table = Table("host", "state", "last heartbeat", "clock", "CPU", "mem GiB", "OS", "fio", "DUTs",
-                  "quarantine / why not used")
-    warnings = []
+        width, color = terminal_of(out)
+        print(api_.hosts_shown(width=width, color=color), end="")
+        return
+    from orchestrator.hostview import print_hosts
+
     with sessions_or_fail()() as s:
-        for h in list_hosts(s):
-            age = time.time() - (h.last_seen or 0)
-            f = h.facts
-            duts = ", ".join(f"{d.name}={d.path}" + (" [QUARANTINED]" if d.quarantined_at else "")
-                             for d in h.devices if d.declared)
-            state = "up" if age <= ControllerTuning().heartbeat_timeout_s else "DOWN"
-            why = [f"incompatible: {h.incompatible}"] if h.incompatible else []
-            why += [f"host: {h.quarantine_reason}"] if h.quarantined_at else []
-            why += [f"{d.path}: {d.quarantine_reason}" for d in h.devices if d.quarantined_at]
-            why += [f"{key}: failed x{v['fails']}: {str(v.get('detail') or '')[:200]}"        # checks failing now
-                    for key, v in sorted((h.health or {}).items()) if isinstance(v, dict) and v.get("fails")]
-            clock, skewed = clock_skew(h.clock_skew_s)
-            if skewed:
-                warnings.append(f"warning: the clock of host {h.name} is {abs(h.clock_skew_s or 0):.1f}s "
-                                f"{'ahead of' if (h.clock_skew_s or 0) > 0 else 'behind'} the controller's "
-                                "(at its registration): its timestamps are off; deadlines use each side's own "
-                                "clock, so its steps are not affected. Synchronise it (NTP).")
-            table.add_row(h.name, state + (" INCOMPATIBLE" if h.incompatible else "")
-                          + (" QUARANTINED" if h.quarantined_at else ""),
-                          f"{age:.0f}s ago", clock, f"{f.get('cpu_model')} ({f.get('cpu_cores')}c)",
-                          f"{(f.get('memory_bytes') or 0) / 2**30:.1f}", str(f.get("os")),
-                          str(f.get("fio_version")), duts, "\n".join(why) or "-")
-    out.print(table)
-    for line in warnings:
-        out.print(Text(line, style="yellow"))
-
-
-SKEW_WARN_S = 1.0       # a host clock this far from the controller's is shown with a warning
-
-
-def clock_skew(skew_s: float | None) -> tuple[str, bool]:
-    """The ``clock`` cell of a host (agent clock minus controller clock at its registration) and whether
-    it deserves a warning (at least SKEW_WARN_S off)."""
-    if skew_s is None:
-        return "-", False
-    if abs(skew_s) >= SKEW_WARN_S:
-        return f"{skew_s:+.1f}s (!)", True
-    return f"{skew_s:+.2f}s", False
+        print_hosts(out, s, time.time())
 
 
 # --- ad-hoc work over SSH (orchestrator.labctl.fleet) ------------------------------------------------------

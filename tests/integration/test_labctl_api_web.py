@@ -173,6 +173,15 @@ def test_compare_and_export_of_n_runs_are_the_same_with_and_without_api(web: Web
         assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
         assert remote.stdout == local.stdout, (args, local.stdout, remote.stdout)
     assert "IOPS" in remote.stdout and "p99 clat us" in remote.stdout
+    # hosts with their facts (issue 27: --api hosts printed no facts); the heartbeat's age is read at each call
+    local, remote = web.lab.labctl("hosts"), through_api("hosts")
+    assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+    import re
+
+    def words(text: str) -> list[str]:          # (an age of 9 s or 10 s may widen its column: words, not bytes)
+        return re.findall(r"[^\s─━═┃│┏┓┗┛┡┩└┘├┤┬┴┼╇╈╋]+", re.sub(r"\d+s ago", "-s ago", text))
+    assert words(remote.stdout) == words(local.stdout), (local.stdout, remote.stdout)
+    assert web.lab.host in remote.stdout and "fio-3" in remote.stdout
     # on a terminal (a pseudo-terminal 120 columns wide, 256 colours) too: the service draws for the client's
     # terminal, so the bytes, escape sequences included, are the ones labctl draws itself
     tty_env = env_without_lab() | {"TERM": "xterm-256color", "COLUMNS": "120"}

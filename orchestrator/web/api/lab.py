@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
 
 from labcontract.suite import builtin_suites
 from orchestrator.web import queries
@@ -36,6 +38,23 @@ def hosts(request: Request) -> list[HostOut]:
     """Every host with its state, health checks, quarantine and DUTs."""
     with store(request) as s:
         return [HostOut.model_validate(h) for h in queries.list_hosts(s)]
+
+
+@route(router, "GET", "/hosts/show", "viewer", response_class=Response,
+       responses={200: {"content": {"text/plain": {}}}})
+def hosts_shown(request: Request, width: Annotated[int, Query(ge=40, le=1000)] = 200,
+                color: Literal["none", "standard", "256", "truecolor"] = "none") -> Response:
+    """What ``labctl hosts`` prints (state, heartbeat, clock, platform, DUTs, why one is not used), drawn ``width``
+    columns wide in ``color``: ``labctl --api hosts``."""
+    import time
+
+    from orchestrator.hostview import print_hosts
+    from orchestrator.textout import drawn
+
+    with store(request) as s:
+        text = drawn(lambda console: print_hosts(console, s, time.time()), width,
+                     None if color == "none" else color)
+    return Response(text, media_type="text/plain; charset=utf-8")
 
 
 @route(router, "GET", "/schedules", "viewer", response_model=list[ScheduleOut])
