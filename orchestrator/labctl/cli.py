@@ -558,12 +558,15 @@ def demo(
     size_mib: Annotated[int, typer.Option(help="Size of the file-backed DUT.")] = 512,
     reuse_broker: Annotated[bool, typer.Option(help="Use --broker if it answers instead of starting "
                                                     "a redis-server.")] = False,
+    keep_dut: Annotated[bool, typer.Option("--keep-dut", help="Keep the DUT's image file when the demo ends "
+                                                              "(removed by default: it is --size-mib large).")]
+    = False,
 ) -> None:
     """Start a one-machine lab (redis, controller, agent, file-backed DUT) and run a short suite."""
     from orchestrator.labs.demo import run_demo
 
     raise typer.Exit(run_demo(State.config, out, runtime=runtime, size_mib=size_mib,
-                              reuse_broker=reuse_broker))
+                              reuse_broker=reuse_broker, keep_dut=keep_dut))
 
 
 def main() -> None:

@@ -25,8 +25,12 @@ DEMO_SUITE = "demo"
 DEMO_HOST = "lab-local"
 
 
-def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int, reuse_broker: bool) -> int:
+def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int, reuse_broker: bool,
+             keep_dut: bool = False) -> int:
+    """The demo (module docstring). Its DUT's image (``size_mib`` MiB in the lab directory) is removed when it ends,
+    unless ``keep_dut``: the store, artifacts and reports are what stays."""
     lab = Lab(config.lab_dir)
+    dut = None
     try:
         if reuse_broker and redis_ping(config.broker_url):
             operator = lab.broker_url = config.broker_url
@@ -77,4 +81,9 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
         return code
     finally:
         lab.stop()
-        console.print("demo lab stopped (redis, controller, agent, DUT)")
+        if dut is not None and not keep_dut:
+            dut.backing.unlink(missing_ok=True)
+            console.print(f"demo lab stopped (redis, controller, agent); its DUT image {dut.backing.name} removed "
+                          "(--keep-dut keeps it)", highlight=False)
+        else:
+            console.print("demo lab stopped (redis, controller, agent, DUT)")
