@@ -73,17 +73,45 @@ def start_lab_up(root: Path, *, port: int | None = None, duts: int = 2, size_mib
                  + ", ".join(f"dut{i}={d.path}" for i, d in enumerate(made)))
         port = port or free_port()
         web = lab.start_web(store, port)
-        token = new_token()
-        ControllerClient(redis_client(lab.web_url), stream=WEB_COMMANDS_STREAM, actor="lab-up").token_create(
-            ADMIN_TOKEN_NAME + f"-{int(time.time())}", "admin", token_hash(token), None)
         token_file = root / "web" / "admin.token"
-        write_secret(token_file, token + "\n")
+        token = reusable_token(token_file, store)        # a lab directory started again keeps its admin token
+        if token is None:
+            token = new_token()
+            ControllerClient(redis_client(lab.web_url), stream=WEB_COMMANDS_STREAM, actor="lab-up").token_create(
+                ADMIN_TOKEN_NAME + f"-{int(time.time())}", "admin", token_hash(token), None)
+            write_secret(token_file, token + "\n")
         url = f"http://127.0.0.1:{port}"
         wait_web(url, token, web)
         return LabUp(lab, store, url, token, token_file, host, web, controller, agent)
     except BaseException:
         lab.stop()
         raise
+
+
+def reusable_token(token_file: Path, store_url: str) -> str | None:
+    """The admin token an earlier ``lab up`` of this lab directory wrote, when the store still holds it as a live
+    admin token (not revoked, not expired); None otherwise (a new one is made)."""
+    from sqlalchemy import select
+
+    from orchestrator.store.db import make_engine, sessions
+    from orchestrator.store.models import ApiToken
+
+    try:
+        token = token_file.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    if not token or len(token) > 256:
+        return None
+    engine = make_engine(store_url)
+    try:
+        with sessions(engine)() as s:
+            row = s.scalar(select(ApiToken).where(ApiToken.token_sha256 == token_hash(token)))
+    finally:
+        engine.dispose()
+    if row is None or row.role != "admin" or row.revoked_at is not None or \
+            (row.expires_at is not None and row.expires_at <= time.time()):
+        return None
+    return token
 
 
 def wait_web(url: str, token: str, web: Proc, timeout: float = START_TIMEOUT_S) -> None:

@@ -167,3 +167,22 @@ def test_lab_up_serves_until_ctrl_c(tmp_path: Path) -> None:
         for pid in processes_of(lab_dir):        # a failed test leaves none of its lab behind
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_lab_up_again_on_its_lab_directory_keeps_its_admin_token(tmp_path: Path) -> None:
+    """A lab directory started again keeps the admin token its token file holds while the store has it live
+    (issue 27: every lab up made a new admin token)."""
+    lab_dir = (tmp_path / "lab").resolve()
+    tokens = []
+    for _ in range(2):
+        proc = subprocess.Popen(lab_up_argv(lab_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                stdin=subprocess.DEVNULL)
+        try:
+            got = Lines(proc).until({"url": r"^web service: (http://127\.0\.0\.1:\d+)\s*$",
+                                     "token": r"^admin token: (slab_\S+)\s*$"}, 150)
+            assert get(f"{got['url']}/api/whoami", got["token"])["role"] == "admin"
+            tokens.append(got["token"])
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+    assert tokens[0] == tokens[1]
