@@ -119,12 +119,18 @@ def _handler(server: MetricsServer) -> type[BaseHTTPRequestHandler]:
         server_version = "storagelab-metrics"
 
         def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError) as e:
+                # a scraper that gave up (its scrape_timeout, on a slow host) closed the connection: its own
+                # business, one line at debug, never a traceback in the daemon's log
+                log.debug("%s: %s left before the answer (%s)", server.name, self.address_string(),
+                          type(e).__name__)
 
         def do_GET(self) -> None:
             path = urlsplit(self.path).path

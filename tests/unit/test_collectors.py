@@ -6,7 +6,9 @@ from __future__ import annotations
 import inspect
 import json
 import shutil
+import struct
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -347,3 +349,45 @@ def test_addresses_and_options() -> None:
 
     for fn, port in ((cli.agent, T.DEFAULT_AGENT_METRICS_PORT), (cli.controller, T.DEFAULT_CONTROLLER_METRICS_PORT)):
         assert inspect.signature(fn).parameters["metrics_port"].default == port
+
+
+def test_a_scraper_that_leaves_before_the_answer_costs_a_debug_line_not_a_traceback(
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    """A scrape cut by the scraper's own timeout (a slow host under TCG) printed a BrokenPipeError traceback into
+    the controller's journal at every scrape: the exporter notes it at debug and goes on serving."""
+    import logging
+    import socket
+    import threading
+
+    from prometheus_client.core import GaugeMetricFamily
+
+    closed = threading.Event()
+
+    class Slow:
+        def collect(self) -> Any:
+            closed.wait(30)                          # answers only once the scraper has gone
+            g = GaugeMetricFamily("lab_big", "a large answer", labels=["i"])
+            for i in range(60_000):
+                g.add_metric([str(i)], float(i))
+            yield g
+
+    registry = CollectorRegistry()
+    registry.register(Slow())  # type: ignore[arg-type]
+    server = MetricsServer(registry, lambda: (True, {}), bind="127.0.0.1", port=0).start()
+    caplog.set_level(logging.DEBUG, logger="labcontract.metrics_http")
+    try:
+        s = socket.create_connection(("127.0.0.1", server.port))
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # close with a reset
+        s.close()
+        closed.set()
+        deadline = time.monotonic() + 30
+        while "left before the answer" not in caplog.text and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+        assert "left before the answer" in caplog.text
+        code, _ctype, body = get(f"http://127.0.0.1:{server.port}/metrics")
+        assert code == 200 and "lab_big" in body                  # and it goes on serving
+    finally:
+        closed.set()
+        server.close()
+    assert "Traceback" not in capsys.readouterr().err
