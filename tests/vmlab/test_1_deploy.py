@@ -22,11 +22,17 @@ WRITE = "suite: write\nprofiles:\n  - {name: 128k-write, rw: write, bs: 128k, io
 
 
 def units(dep: Deployed, host: str, names: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """Each unit's (active state, enabled state), once it is out of a transition: a unit a handler restarted at the
+    play's end may still be ``activating`` on a TCG guest of a busy machine (waited on, up to 5 minutes)."""
     out = {}
     for name in names:
-        res = dep.lab[host].ssh(f"systemctl is-active {name}; systemctl is-enabled {name}", check=False)
-        active, enabled = ([*res.stdout.split(), "?", "?"])[:2]
-        out[name] = (active, enabled)
+        def settled() -> tuple[str, str] | None:
+            res = dep.lab[host].ssh(f"systemctl is-active {name}; systemctl is-enabled {name}", check=False)
+            active, enabled = ([*res.stdout.split(), "?", "?"])[:2]
+            return None if active in ("activating", "deactivating", "reloading") else (active, enabled)
+        got = wait_for(settled, 300, f"unit {name} on {host} to settle", interval=2)
+        assert isinstance(got, tuple)
+        out[name] = got
     return out
 
 
