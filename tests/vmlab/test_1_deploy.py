@@ -26,7 +26,7 @@ def units(dep: Deployed, host: str, names: tuple[str, ...]) -> dict[str, tuple[s
     play's end may still be ``activating`` on a TCG guest of a busy machine (waited on, up to 5 minutes)."""
     out = {}
     for name in names:
-        def settled() -> tuple[str, str] | None:
+        def settled(name: str = name) -> tuple[str, str] | None:
             res = dep.lab[host].ssh(f"systemctl is-active {name}; systemctl is-enabled {name}", check=False)
             active, enabled = ([*res.stdout.split(), "?", "?"])[:2]
             return None if active in ("activating", "deactivating", "reloading") else (active, enabled)
