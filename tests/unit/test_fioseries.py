@@ -197,7 +197,7 @@ def test_iops_add_up_to_final_report(mix: tuple[list[SecondSample], StepMetrics]
     assert total / samples[-1].t == pytest.approx(final.combined.iops, rel=0.03)
     for s in samples:
         assert s.iops == pytest.approx(s.read_iops + s.write_iops)
-        if s.dt >= 0.5:
+        if s.iops * s.dt >= 200:   # an interval with I/O to speak of (a loaded machine can stall fio for a second)
             assert s.read_iops > s.write_iops > 0  # rwmixread=70
 
 

@@ -331,7 +331,8 @@ def test_a_growing_stream_read_each_second_decodes_only_what_was_appended(
     median = per_pass[len(per_pass) // 2]
     print(f"\nLiveReader pass on a {fio_json.stat().st_size / 2**20:.1f} MB two-device stream: "
           f"median {median * 1e3:.2f} ms, max {per_pass[-1] * 1e3:.2f} ms")
-    assert median < 0.02                          # about 1-2 ms on a laptop; a per-second job
+    # (no bound on the time: a test waits on conditions, never on a quiet machine; what keeps a pass cheap is the
+    # bound on the bytes each pass reads, asserted above; its cost is printed for the curious)
 
 
 # --------------------------------------------------------------------------- real fio streams
