@@ -183,7 +183,7 @@ def check_latency(page: PageSummary, details: list[RunDetail]) -> int:
         for d in details:
             cells = {key_label(cell_key(st.cell)): res for st, res in measured(d)}
             for r in f.rows:
-                if r[0].endswith(d.run.id[-6:]) and r[2] == "read" and r[1] in cells:
+                if r[0].endswith(d.run.id[-6:]) and r[2] == "read" and r[3] == "total" and r[1] in cells:
                     p99 = cells[r[1]].metrics["read"]["lat"]["percentiles_ns"]["p99"]
                     shown(r[col], p99 / div, f"{f.id} {r[1]} read p99 run {d.run.id}")
                     checked += 1
