@@ -39,6 +39,7 @@ class ControllerCore:
         self.notifier = notifier
         self.delivery: Delivery | None = None      # the notifier's sinks at work, made at the first notify pass
         self._announced: float | None = None       # time.monotonic() of the last presence (loop.announce)
+        self._first_announced: float | None = None  # when a controller of this lab first said it was here
         self.provisioner = provisioner
         self._stopping = False
         self.boundary = Boundary()                 # duties and their items: set aside, never a stop (boundary.py)

@@ -58,11 +58,14 @@ class Controller(EventsMixin, CommandsMixin, DispatchMixin, WatchdogsMixin):
         now = time.monotonic()
         if not force and self._announced is not None and now - self._announced < PRESENCE_EVERY_S:
             return
-        first = time.time()
-        raw = self.redis.get(CONTROLLER_PRESENCE_KEY)
-        with contextlib.suppress(ValueError, TypeError, KeyError):     # (a value not ours: started over)
-            first = float(json.loads(raw)["first_at"]) if raw else first
-        self.redis.set(CONTROLLER_PRESENCE_KEY, json.dumps({"first_at": first, "last_at": time.time()}))
+        if force or self._first_announced is None:      # read once (a SET every 5 s after: no read of lab:live:*)
+            first = time.time()
+            raw = self.redis.get(CONTROLLER_PRESENCE_KEY)
+            with contextlib.suppress(ValueError, TypeError, KeyError):     # (a value not ours: started over)
+                first = float(json.loads(raw)["first_at"]) if raw else first
+            self._first_announced = first
+        self.redis.set(CONTROLLER_PRESENCE_KEY, json.dumps({"first_at": self._first_announced,
+                                                           "last_at": time.time()}))
         self._announced = now
 
     @cached_property
