@@ -121,6 +121,9 @@ def _reply_to() -> str:
 WEB_USER_HINT = "token commands need the broker user web (--broker redis://web@...)"
 
 
+PRESENCE_WAIT_S = 12.0     # twice the controller's presence interval, and a little
+
+
 def no_controller(client: redis.Redis) -> str:
     """Why a command is not sent: no controller ever registered at this broker."""
     kw = client.connection_pool.connection_kwargs
@@ -143,7 +146,7 @@ class ControllerClient:
 
     def _call(self, cmd: Message, reply_to: str) -> Reply | None:
         try:
-            if not self.redis.exists(CONTROLLER_PRESENCE_KEY):
+            if not self._controller_registered():
                 raise ServiceError(no_controller(self.redis))
             self.redis.xadd(self.stream, {"data": cmd.model_dump_json()})
             got = wait_reply(self.redis, reply_to, self.timeout_s)
@@ -155,6 +158,17 @@ class ControllerClient:
         if got is None:
             return None
         return parse_reply(got[1])
+
+    def _controller_registered(self) -> bool:
+        """Whether a controller of a lab ever said it was here: at once when its key is there; else it is waited for
+        up to :data:`PRESENCE_WAIT_S` (a broker emptied or restarted without its data has it back at the controller's
+        next presence, every 5 s)."""
+        deadline = time.monotonic() + PRESENCE_WAIT_S
+        while not self.redis.exists(CONTROLLER_PRESENCE_KEY):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
     def controller_seen(self) -> float | None:
         """When this lab's controller last said it was here (seconds since the epoch); None: never, or unreadable."""
