@@ -20,8 +20,8 @@ from orchestrator.export.tables import TABLES, build
 from orchestrator.queries import RunDetail
 
 TABLE_NAMES = tuple(TABLES)
-__all__ = ["FORMATS", "FORMAT_VERSION", "TABLE_NAMES", "ExportFormat", "export", "is_dir_target", "register",
-           "table_names"]
+__all__ = ["FORMATS", "FORMAT_VERSION", "TABLE_NAMES", "ExportFormat", "export", "format_of", "is_dir_target",
+           "register", "table_names"]
 
 
 def table_names(choice: str) -> list[str]:
@@ -33,10 +33,15 @@ def table_names(choice: str) -> list[str]:
     return [choice]
 
 
+def format_of(fmt: str) -> ExportFormat:
+    """The registered format named ``fmt``; ExportError naming the choices otherwise."""
+    if fmt not in FORMATS:
+        raise ExportError(f"--format: unknown export format {fmt!r} (choose from {', '.join(sorted(FORMATS))})")
+    return FORMATS[fmt]
+
+
 def export(details: Sequence[RunDetail], fmt: str, table: str, output: Path | None, stdout: TextIO,
            units: str = "decimal") -> list[Path]:
     """Build the chosen tables of ``details`` and write them in format ``fmt``, bandwidth in ``units``
     (:mod:`orchestrator.units`); the files written."""
-    if fmt not in FORMATS:
-        raise ExportError(f"--format: unknown export format {fmt!r} (choose from {', '.join(sorted(FORMATS))})")
-    return FORMATS[fmt].write(build(details, table_names(table), units), output, stdout)
+    return format_of(fmt).write(build(details, table_names(table), units), output, stdout)

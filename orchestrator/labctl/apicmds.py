@@ -143,11 +143,10 @@ def export(api: ApiClient, refs: Sequence[str], fmt: str, table: str, output: Pa
 
     from labcontract.errors import ExportError
     from orchestrator import units as unit
-    from orchestrator.export import FORMATS, table_names
+    from orchestrator.export import format_of, table_names
     from orchestrator.export.tables import TABLES, Table
 
-    if fmt not in FORMATS:
-        raise ExportError(f"--format: unknown export format {fmt!r} (choose from {', '.join(sorted(FORMATS))})")
+    writer = format_of(fmt)
     names = table_names(table)
     unit.check_units(units)
     rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
@@ -162,5 +161,5 @@ def export(api: ApiClient, refs: Sequence[str], fmt: str, table: str, output: Pa
                 raise ExportError(f"the web service's export has no {n} table")
             rows[n] += got
     tables = [Table(n, tuple(unit.named(c, units) for c in TABLES[n][0]), rows[n]) for n in names]
-    for path in FORMATS[fmt].write(tables, output, sys.stdout):
+    for path in writer.write(tables, output, sys.stdout):
         print(path)
