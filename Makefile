@@ -17,10 +17,13 @@ DEMO_PKGS := fio redis-server util-linux python3-venv
 VM_PKGS := qemu-system-x86 qemu-utils mmdebstrap openssh-client iproute2 openssl
 TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime systemd chromium mariadb-server sysbench xfsprogs ioping
 
-.PHONY: demo test vmtest bench-vmlab lint typecheck unit integration bench system-deps system-test-deps vm-deps collections wheel clean
+.PHONY: demo test test-deps vmtest bench-vmlab lint typecheck unit integration bench system-deps system-test-deps vm-deps collections wheel clean
 
 demo: system-deps $(VENV)/.installed $(COLLECTIONS)/.installed
 	$(VENV)/bin/labctl --lab-dir $(LAB_DIR) demo
+
+# everything make test and make vmtest need, installed once (.ci/run runs the two side by side after it)
+test-deps: system-test-deps vm-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 
 test: system-test-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 	$(VENV)/bin/ruff check .

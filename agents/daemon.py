@@ -161,7 +161,8 @@ class Agent:
 
     def _register_event(self, running: tuple[str, ...], checks: tuple[HealthCheck, ...] = ()) -> Register:
         duts = tuple(d.model_copy(update={"observed": Observation.of(self.observe(d))}) for d in self.config.duts)
-        return Register(host=self.host, agent_version=__version__, facts=self.facts, duts=duts,
+        facts = self.facts.model_copy(update={"step_kinds": kinds.announced(self.runner.platform.name)})
+        return Register(host=self.host, agent_version=__version__, facts=facts, duts=duts,
                         running=running, health=checks)
 
     def kind_host(self) -> kinds.Host:

@@ -1,5 +1,5 @@
 """The agent's health checks, sent with heartbeats (the controller counts them; see
-``orchestrator.health``): the agent's own self-test, every DUT present and reading back the same
+``orchestrator.runs.health``): the agent's own self-test, every DUT present and reading back the same
 identity, and SMART / NVMe critical warnings (Windows: the disk's health status and reliability counters)
 clear where the host can tell. How a DUT and its SMART state are read is the platform's
 (:meth:`agents.platform.Platform.device_checks`, :meth:`agents.platform.Platform.smart_check`)."""

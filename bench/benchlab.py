@@ -34,9 +34,9 @@ from labcontract.fioseries import split_status_stream
 from labcontract.protocol import events_stream
 from labcontract.suite import Suite
 from labcontract.transport import redis_client
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import Dut, Lab, wait_for
 from orchestrator.queries import RunDetail, run_detail
+from orchestrator.runs.client import ControllerClient
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.stats.summary import Summary, summarize
 from orchestrator.store.db import make_engine, sessions

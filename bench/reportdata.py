@@ -4,9 +4,9 @@ browser tests read.
 Why synthetic: a review-size run (125 patterns of 60 s, or 40 preconditioning rounds of 60 s per group, stock
 and HP) takes hours to measure, but the report's cost and correctness depend only on what the store holds.
 So the rows are made the way the controller makes them — the plan from the real planner
-(:func:`orchestrator.planner.plan`) on the built-in suites, precondition rounds appended as
-:mod:`orchestrator.preconditioning` appends them, the steady verdict from :func:`labcontract.steady.detect`,
-network totals from :func:`orchestrator.netgroups.aggregate` — and only the figures are invented, from a
+(:func:`orchestrator.runs.planner.plan`) on the built-in suites, precondition rounds appended as
+:mod:`orchestrator.runs.preconditioning` appends them, the steady verdict from :func:`labcontract.steady.detect`,
+network totals from :func:`orchestrator.runs.netgroups.aggregate` — and only the figures are invented, from a
 device model with published magnitudes (methodology.md "Published figures": a 2013 PCIe card does 750,000 4K
 random read IOPS and 250,000-400,000 write IOPS; 25GbE paths carry 22-23 Gbps). Everything is seeded.
 """
@@ -28,8 +28,8 @@ from bench.reportnet import write_network_run
 from labcontract.fioresult import Combined, DirectionStats, LatencyStats, StepMetrics, percentiles_from_bins
 from labcontract.steady import SteadyCriteria, detect
 from labcontract.suite import Workload, load_suite, parse_suite, with_overrides
-from orchestrator.planner import plan, round_workload
-from orchestrator.preconditioning import round_values
+from orchestrator.runs.planner import plan, round_workload
+from orchestrator.runs.preconditioning import round_values
 from orchestrator.store.db import make_engine, migrate, sessions, sqlite_url
 from orchestrator.store.models import Attempt, PreconditionRecord, Result, Run, Step
 

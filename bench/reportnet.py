@@ -2,7 +2,7 @@
 suite planned by the real planner for an array (target) and one host (initiator), every cell's ``net.json``
 of both hosts made up with per-path per-second intervals, stored as the controller stores it
 (``orchestrator.kinds.net.store_net``: a result per host with every path's figures in ``per_path``) and its cell totals
-computed by the real :func:`orchestrator.netgroups.aggregate` into a ``NetGroup``. Unlike the controller of
+computed by the real :func:`orchestrator.runs.netgroups.aggregate` into a ``NetGroup``. Unlike the controller of
 this checkout, which drops them, each path's per-second interval series (``[t_start, t_end, bytes, ios, ...]``)
 is kept in ``per_path[path]["series"]``, where the report's "Gbps over time" chart looks for it.
 
@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 from bench.reportbase import host_facts, new_run
 from labcontract.facts import NetPathDecl
 from labcontract.suite import load_suite, parse_suite
-from orchestrator import netgroups
-from orchestrator.planner import NetHosts, plan
+from orchestrator.runs import netgroups
+from orchestrator.runs.planner import NetHosts, plan
 from orchestrator.store.models import Attempt, NetGroup, Result, Run, Step
 
 TARGET, INITIATOR = "array01", "host01"

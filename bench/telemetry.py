@@ -29,9 +29,9 @@ from pathlib import Path
 from bench.benchlab import median
 from labcontract.suite import parse_suite
 from labcontract.transport import redis_client
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import Lab, wait_for
 from orchestrator.queries import run_detail
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
 

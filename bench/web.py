@@ -38,9 +38,9 @@ from bench.webdata import PATTERN_RUN, Populated, populate
 from labcontract.suite import parse_suite
 from labcontract.telemetry import LIVE_KEY_PREFIX
 from labcontract.transport import redis_client
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import Lab, free_port, wait_for
 from orchestrator.labs.up import wait_web
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.db import make_engine, migrate, sessions
 from orchestrator.store.models import Host, Step
 from orchestrator.tokens import new_token, token_hash

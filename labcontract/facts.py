@@ -91,6 +91,16 @@ class AppWorkloadFact(BaseModel):
                                      Field(max_length=16)]], Field(max_length=64)] = {}
 
 
+class StepKindFact(BaseModel):
+    """A step kind an agent runs on its platform (a start message's ``action``) and the version of what it does
+    there (``agents.kinds.StepKind.command_version``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    action: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
+    version: Annotated[int, Field(ge=1, le=1_000_000)]
+
+
 class HostFacts(BaseModel):
     """Free-text facts are cut at :data:`~labcontract.bounds.FACT_TEXT` characters; the whole is refused over
     :data:`~labcontract.bounds.FACTS_MAX_BYTES` of JSON (an agent then fails at its start, saying so)."""
@@ -125,6 +135,10 @@ class HostFacts(BaseModel):
     storage_controllers: Annotated[tuple[StorageController, ...], Field(max_length=256)] = ()
     # external workloads the host's administrator declared (agent --app-workloads; protocol 6): never the command
     app_workloads: Annotated[tuple[AppWorkloadFact, ...], Field(max_length=256)] = ()
+    # the step kinds the agent runs on its platform, with their versions (issue 25; optional: an older agent sends
+    # none and its host is not judged by them, an older controller ignores them; protocol unchanged). The scheduler
+    # holds a run for a host that lacks a kind it needs, or has it at an older version, and says why
+    step_kinds: Annotated[tuple[StepKindFact, ...], Field(max_length=64)] = ()
 
     @model_validator(mode="after")
     def _total(self) -> HostFacts:

@@ -16,7 +16,7 @@ it was?", and a DUT suddenly faster (a cache in front of it, a device swapped) i
 The verdict is a health entry ``canary <device path>`` of the host (``fails`` counts drifted canaries in a
 row, like the agents' checks), shown by ``labctl hosts`` and the web hosts page, cleared by
 ``labctl hosts release``. A DUT whose canary schedule was added with ``--quarantine`` goes to quarantine at
-the first drift, through :func:`orchestrator.health._quarantine` (logged, released by ``labctl hosts release``).
+the first drift, through :func:`orchestrator.runs.health._quarantine` (logged, released by ``labctl hosts release``).
 That flag lives in the schedule's submit template as its ``actor`` (:data:`QUARANTINE_ACTOR`): a template's
 actor is never used (a firing is submitted as ``schedule:<name>``), so the flag needs no new column.
 """
@@ -34,10 +34,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, defer, object_session
 
-from orchestrator import health
 from orchestrator.cellmetrics import cell_entries
 from orchestrator.cells import key_label
 from orchestrator.queries import RunDetail
+from orchestrator.runs import health
 from orchestrator.states import RunState
 from orchestrator.stats.changepoints import min_points
 from orchestrator.stats.history import OUTLIER_SD, THRESHOLD_PCT

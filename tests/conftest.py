@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from labcontract.protocol import COMMANDS_STREAM, EVENTS_STREAM_PREFIX, WEB_COMMANDS_STREAM
 from labcontract.suite import parse_suite
 from labcontract.transport import redis_client
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import Dut, Lab, Proc, TlsFiles, wait_for
 from orchestrator.queries import RunDetail, run_detail
+from orchestrator.runs.client import ControllerClient
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
@@ -138,7 +138,7 @@ class LabHandle:
 
     def labctl(self, *args: str, check: bool = False, broker: str | None = None) -> subprocess.CompletedProcess[str]:
         """labctl as ACL user labctl (or as the user of ``broker``, e.g. ``self.lab.web_url``)."""
-        argv = [sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(self.lab.root), "--broker",
+        argv = [sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(self.lab.root), "--broker",
                 broker or self.lab.labctl_url or self.broker, "--store", self.store_url, *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=check)
 

@@ -37,7 +37,7 @@ def add_token(lab: LabHandle, name: str, role: str) -> str:
     """A token made as ``labctl token create`` makes it: through the controller, on the web stream."""
     from labcontract.protocol import WEB_COMMANDS_STREAM
     from labcontract.transport import redis_client
-    from orchestrator.labctl.client import ControllerClient
+    from orchestrator.runs.client import ControllerClient
     from orchestrator.tokens import new_token, token_hash
 
     token = new_token()

@@ -32,6 +32,7 @@ from agents.kinds.base import (
     Targets,
     actions,
     all_artifacts,
+    announced,
     find_dut,
     get,
     interlock_refusal,
@@ -42,8 +43,8 @@ from agents.kinds.base import (
 )
 
 __all__ = ["Host", "Interlock", "Launch", "LiveFigures", "LiveSource", "StepKind", "Targets", "actions",
-           "all_artifacts", "find_dut", "get", "interlock_refusal", "platform_refusal", "register", "resolve_duts",
-           "same_device"]
+           "all_artifacts", "announced", "find_dut", "get", "interlock_refusal", "platform_refusal", "register",
+           "resolve_duts", "same_device"]
 
 
 def _load() -> None:

@@ -18,7 +18,7 @@ from labcontract import interlock
 from labcontract.apps import AppStart
 from labcontract.engines import OS_NAMES
 from labcontract.errors import DeviceRefused, FioError
-from labcontract.facts import DeclaredDut, NetPathDecl
+from labcontract.facts import DeclaredDut, NetPathDecl, StepKindFact
 from labcontract.live import AppLive, DeviceLive
 from labcontract.protocol import StartStep
 
@@ -190,6 +190,12 @@ def platform_refusal(kind: StepKind, platform: str) -> str | None:
 
 def actions() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
+
+
+def announced(platform: str) -> tuple[StepKindFact, ...]:
+    """The kinds this agent runs on ``platform`` with their versions, as its Register's facts announce them."""
+    return tuple(StepKindFact(action=action, version=kind.command_version)
+                 for action, kind in sorted(_REGISTRY.items()) if platform_refusal(kind, platform) is None)
 
 
 def all_artifacts() -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from orchestrator.controller.dispatch import Dispatcher
 from orchestrator.controller.lease import LeaseHeld, LeaseLost, migration_lock, take_lease
 from orchestrator.controller.notify import Notifier
 from orchestrator.controller.transient import FaultLog
-from orchestrator.provisioning import Provisioner
+from orchestrator.runs.provisioning import Provisioner
 from orchestrator.store.db import make_engine, migrate, sessions
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
         for ctl in running:
             ctl.stop()
 
-    signal.signal(signal.SIGTERM, _stop)      # ansible-runner never replaces these (orchestrator.provisioning)
+    signal.signal(signal.SIGTERM, _stop)      # ansible-runner never replaces these (orchestrator.runs.provisioning)
     signal.signal(signal.SIGINT, _stop)
     notifier = Notifier(list(notify_webhooks), list(notify_files), background=True, chats=list(notify_chats))
     try:

@@ -16,10 +16,10 @@ from orchestrator.controller.commands import REPLY_TTL_S
 from orchestrator.controller.loop import PENDING_AGAIN_S, Controller
 from orchestrator.controller.stepping import step_operation
 from orchestrator.controller.transient import BACKOFF_FIRST_S, BACKOFF_MAX_S
-from orchestrator.cron import next_fire
-from orchestrator.kinds.common import find_device
 from orchestrator.kinds.net import NET_TARGET_EXTRA_S
-from orchestrator.submission import new_run_id, submission_problems
+from orchestrator.runs.cron import next_fire
+from orchestrator.runs.submission import new_run_id, submission_problems
+from orchestrator.store.models import find_device
 
 __all__ = ["BACKOFF_FIRST_S", "BACKOFF_MAX_S", "NET_TARGET_EXTRA_S", "PENDING_AGAIN_S", "PROTOCOL_VERSION",
            "REPLY_TTL_S", "Controller", "find_device", "new_run_id", "next_fire", "step_operation",

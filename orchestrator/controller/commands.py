@@ -37,19 +37,18 @@ from labcontract.protocol import (
     TokenRevoke,
     decode_command,
 )
-from labcontract.suite import Suite, override_problems, parse_suite, repeat_problems
-from orchestrator import health, netgroups
+from labcontract.suite import Suite, parse_suite
 from orchestrator.controller.admin import AdminMixin
 from orchestrator.controller.boundary import REASON_MAX, reason_of
 from orchestrator.controller.intake import command_refusal, valid_reply_to
 from orchestrator.controller.notify import Delivered, Delivery, encode, from_schedule, payload, regressed_payload
 from orchestrator.controller.transient import transient_kind
-from orchestrator.cron import cron_problem, next_fire
-from orchestrator.kinds.common import find_device
-from orchestrator.planner import net_hosts_of, plan
+from orchestrator.runs import health, netgroups
+from orchestrator.runs.cron import cron_problem, next_fire
+from orchestrator.runs.planner import net_hosts_of, plan
+from orchestrator.runs.submission import judge, new_run_id
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, RunState, StepState, check_run
-from orchestrator.store.models import Host, Result, Run, Schedule, Step
-from orchestrator.submission import linux_only_problems, new_run_id, submission_problems
+from orchestrator.store.models import Host, Result, Run, Schedule, Step, find_device
 
 log = logging.getLogger("orchestrator.controller")
 REPLY_TTL_S = 300
@@ -130,29 +129,17 @@ class CommandsMixin(AdminMixin):
             return self._submit_in(s, cmd, actor)
 
     def submission_problems(self, s: Session, cmd: Submit) -> tuple[Suite | None, list[Problem]]:
+        """The same judgement labctl and the web service made before sending (orchestrator.runs.submission.judge:
+        the controller trusts no client), then what only the controller can judge (its inventory)."""
         problems: list[Problem] = []
         suite = None
         try:
             suite = parse_suite(cmd.suite_text, cmd.suite_source)
-            problems += override_problems(suite, cmd.runtime_override, cmd.scale)
-            problems += repeat_problems(suite, cmd.repeat)
         except SuiteError as e:
             problems += e.problems
-        if suite is not None and cmd.max_rounds is not None and suite.phases.precondition is None:
-            problems.append(Problem("--max-rounds", f"suite {suite.name} has no precondition phase to cap"))
-        if suite is not None and suite.network is not None:
-            if cmd.devices:
-                problems.append(Problem("--device", "a network suite measures paths, not DUTs: name no device"))
-            problems += netgroups.net_problems(s, suite, cmd.host or None, cmd.initiators, cmd.repeat)
-            hosts = net_hosts_of(suite, cmd.host or None, cmd.initiators)
-            for name in dict.fromkeys((hosts.target, *hosts.initiators)):
-                known = s.get(Host, name)
-                problems += linux_only_problems(suite, known) if known is not None else []
-            return suite, problems
-        if suite is None and not cmd.devices and cmd.initiators:
-            return suite, problems        # a network suite that does not parse: its problems are the news
-        problems += submission_problems(s, cmd.host, cmd.devices, suite)
-        if suite is not None and suite.phases.provision and not problems:
+        problems += judge(s, suite, cmd.host, cmd.devices, cmd.initiators, runtime=cmd.runtime_override,
+                          scale=cmd.scale, repeat=cmd.repeat, max_rounds=cmd.max_rounds)
+        if suite is not None and suite.network is None and suite.phases.provision and not problems:
             problems += self._provision_problems(s, cmd)
         return suite, problems
 
@@ -251,7 +238,7 @@ class CommandsMixin(AdminMixin):
                 return Reply(ok=True)
             problems = [] if existing is None else [Problem("name", f"schedule {cmd.name!r} exists (rm it first)")]
             now = self.clock()
-            # judged with the scheduler's own next_fire: a cron accepted here can always be fired (orchestrator.cron)
+            # judged with the scheduler's own next_fire: a cron accepted here can always be fired (runs.cron)
             if (why := cron_problem(cmd.cron, now)) is not None:
                 problems.append(Problem("--cron", why))
             _suite, more = self.submission_problems(s, cmd.submit)

@@ -20,7 +20,7 @@ from orchestrator.controller import retries
 from orchestrator.controller.boundary import Boundary
 from orchestrator.controller.dispatch import Dispatcher
 from orchestrator.controller.notify import Delivery, Notifier
-from orchestrator.provisioning import Provisioner
+from orchestrator.runs.provisioning import Provisioner
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, TERMINAL_STEP, RunState, StepState, check_run, check_step
 from orchestrator.store.models import Attempt, Host, Run, Step
 

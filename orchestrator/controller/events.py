@@ -19,9 +19,10 @@ from labcontract.protocol import (
     StepStarted,
     StepUnknown,
 )
-from orchestrator import health, kinds
+from orchestrator import kinds
 from orchestrator.controller.core import ControllerCore
 from orchestrator.controller.intake import judge, mark_incompatible
+from orchestrator.runs import health
 from orchestrator.states import TERMINAL_STEP, StepState
 from orchestrator.store.models import Artifact, Attempt, Device, Host
 
@@ -77,6 +78,7 @@ class EventsMixin(ControllerCore):
         host.agent_version, host.protocol_version = ev.agent_version, ev.v
         host.incompatible, host.clock_skew_s = "", ev.sent_at - now
         host.facts = ev.facts.model_dump(mode="json")
+        host.step_kinds = {k.action: k.version for k in ev.facts.step_kinds} or None
         host.registered_at = host.last_seen = now
         declared = {d.name: d for d in ev.duts}
         for dev in host.devices:

@@ -33,20 +33,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, event, inspect, select, text, update
+from sqlalchemy import Engine, event, inspect, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
 from labcontract.errors import LabError
 from orchestrator.controller.transient import FaultLog, transient_kind
+from orchestrator.store.lease import DEFAULT_TTL_S, LEASE_NAME, LeaseView, absence, current, view_in, view_of
 from orchestrator.store.models import ControllerLease
 
 log = logging.getLogger(__name__)
-LEASE_NAME = "controller"
-DEFAULT_TTL_S = 10.0
 _WROTE = "lease_wrote"
 _PG_MIGRATION_LOCK = 0x1AB5_0001
 
@@ -57,18 +55,6 @@ class LeaseLost(BaseException):     # a stop order, not an error to handle (like
 
 class LeaseHeld(LabError):
     """Another controller holds the lease and this one was told not to stand by."""
-
-
-@dataclass(frozen=True)
-class LeaseView:
-    holder: str
-    token: int
-    renewed_at: float
-    expires_at: float
-
-    def describe(self, now: float | None = None) -> str:
-        ago = (time.time() if now is None else now) - self.renewed_at
-        return f"controller {self.holder} holds the lease (token {self.token}, renewed {ago:.1f}s ago)"
 
 
 def make_holder() -> str:
@@ -111,7 +97,7 @@ class Lease:
     def read(self) -> LeaseView | None:
         with self.sessions() as s:
             row = s.get(ControllerLease, LEASE_NAME)
-            return None if row is None else _view(row)
+            return None if row is None else view_of(row)
 
     def try_acquire(self) -> LeaseView | None:
         """Take the lease if it is free; None when taken (``self.token`` is ours, once committed), else who
@@ -127,7 +113,7 @@ class Lease:
                     s.flush()
                     won = 1
                 else:
-                    view = _view(row)
+                    view = view_of(row)
                     if view.holder != self.holder and not self._free(view):
                         return view
                     res = s.execute(update(ControllerLease)
@@ -285,34 +271,6 @@ def take_lease(engine: Engine, *, standby: bool, stopping: threading.Event, ttl_
             log.warning("standing by: %s", held.describe())
             announced = (held.holder, held.token)
         stopping.wait(poll_s)
-    return None
-
-
-def _view(row: ControllerLease) -> LeaseView:
-    return LeaseView(holder=row.holder, token=row.token, renewed_at=row.renewed_at, expires_at=row.expires_at)
-
-
-def view_in(s: Session) -> LeaseView | None:
-    """The lease as the store has it; None when no controller ever ran on this store."""
-    row = s.scalar(select(ControllerLease).where(ControllerLease.name == LEASE_NAME))
-    return None if row is None else _view(row)
-
-
-def current(sessions: sessionmaker[Session]) -> LeaseView | None:
-    """The lease as the store has it (for labctl and the web service); None when no controller ever ran here."""
-    with sessions() as s:
-        return view_in(s)
-
-
-def absence(lease: LeaseView | None, now: float) -> str | None:
-    """Why no controller is working the queue, from its lease; None while one holds a live lease."""
-    if lease is None:
-        return "no controller ever ran on this store"
-    if lease.expires_at <= 0:
-        return f"controller {lease.holder} stopped {now - lease.renewed_at:.0f}s ago"
-    if now - lease.renewed_at > DEFAULT_TTL_S:
-        return (f"controller {lease.holder} last renewed its lease {now - lease.renewed_at:.0f}s ago (it renews "
-                "it every few seconds: it is down, stuck, or cannot reach its store)")
     return None
 
 

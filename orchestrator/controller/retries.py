@@ -9,7 +9,7 @@ twice at the same time; with ``repurge`` a purge of the run's devices comes firs
 from __future__ import annotations
 
 from labcontract.suitebase import Retry, RetryCause
-from orchestrator.preconditioning import suite_of
+from orchestrator.runs.preconditioning import suite_of
 from orchestrator.states import StepState
 from orchestrator.store.models import Attempt, Run, Step
 

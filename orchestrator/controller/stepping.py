@@ -1,4 +1,4 @@
-"""Dispatch: which steps start (orchestrator.scheduling decides), their attempts and start messages (built by
+"""Dispatch: which steps start (orchestrator.runs.scheduling decides), their attempts and start messages (built by
 the step's kind), the safety interlock before a start, expiry and quarantine of runs, and the start of the
 steps the controller runs itself."""
 
@@ -17,11 +17,10 @@ from labcontract.protocol import StartStep
 from orchestrator import kinds
 from orchestrator.controller.core import ControllerCore
 from orchestrator.controller.transient import transient_kind
-from orchestrator.kinds.common import find_device
-from orchestrator.provisioning import LocalStep
-from orchestrator.scheduling import StepSummary, decide, run_unavailable
+from orchestrator.runs.provisioning import LocalStep
+from orchestrator.runs.scheduling import StepSummary, decide, run_unavailable
 from orchestrator.states import TERMINAL_RUN, TERMINAL_STEP, RunState, StepState, check_run, check_step
-from orchestrator.store.models import Attempt, Host, Run, Step
+from orchestrator.store.models import Attempt, Host, Run, Step, find_device
 
 log = logging.getLogger("orchestrator.controller")
 
@@ -33,7 +32,7 @@ def step_operation(step: Step) -> str | None:
 
 class DispatchMixin(ControllerCore):
     def schedule(self) -> None:
-        """Expire what can no longer start; dispatch what the scheduling rules allow (orchestrator.scheduling).
+        """Expire what can no longer start; dispatch what the scheduling rules allow (orchestrator.runs.scheduling).
 
         A step that cannot be started (a value that breaks its job or its message: data, not a fault) must not
         stop the loop, nor the other runs: the pass is then done again one step at a time, and the step that
@@ -52,7 +51,8 @@ class DispatchMixin(ControllerCore):
             hosts = {h.name: h for h in s.scalars(select(Host).options(selectinload(Host.devices)))}
             summary = StepSummary.of(s, [r.id for r in runs])
             picked = [(run.id, step.id, step.name) for run, step in
-                      decide(runs, hosts, self.clock(), self.host_up, summary).dispatch[:self.tuning.dispatch_batch]]
+                      decide(runs, hosts, self.clock(), self.host_up, summary,
+                             kinds.agent_kinds()).dispatch[:self.tuning.dispatch_batch]]
         for run_id, step_id, name in picked:
             self.boundary.item("dispatch", f"step {name} of run {run_id}",
                                partial(self._schedule, only=(run_id, step_id)),
@@ -88,7 +88,7 @@ class DispatchMixin(ControllerCore):
             for run in runs:
                 self._stop_if_quarantined(run, hosts, summary)
             live = [r for r in runs if r.state not in TERMINAL_RUN]
-            decision = decide(live, hosts, now, self.host_up, summary)
+            decision = decide(live, hosts, now, self.host_up, summary, kinds.agent_kinds())
             due = decision.dispatch[:self.tuning.dispatch_batch] if only is None else \
                 [(run, step) for run, step in decision.dispatch if (run.id, step.id) == only]
             started = [(run, step, self._new_attempt(s, run, step, now))

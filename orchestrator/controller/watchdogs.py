@@ -14,7 +14,7 @@ from labcontract.protocol import CancelStep, ReportStep, StartStep
 from orchestrator.controller.boundary import reason_of
 from orchestrator.controller.core import ControllerCore
 from orchestrator.controller.transient import transient_kind
-from orchestrator.provisioning import LocalOutcome
+from orchestrator.runs.provisioning import LocalOutcome
 from orchestrator.states import TERMINAL_STEP, StepState
 from orchestrator.store.models import Artifact, Attempt, Host, Run
 

@@ -47,6 +47,11 @@ def names() -> frozenset[str]:
     return frozenset(_KINDS)
 
 
+def agent_kinds() -> dict[str, tuple[str, int]]:
+    """Each step kind an agent runs: the agent's kind (the start message's action) and the least version needed."""
+    return {n: k.agent_kind for n, k in _KINDS.items() if k.agent_kind is not None}
+
+
 def local_names() -> frozenset[str]:
     """The kinds the controller runs itself."""
     return frozenset(n for n, k in _KINDS.items() if k.local)
@@ -61,4 +66,4 @@ def _register_builtin() -> None:
 
 _register_builtin()
 
-__all__ = ["KindContext", "StepKind", "get", "local_names", "names", "register"]
+__all__ = ["KindContext", "StepKind", "agent_kinds", "get", "local_names", "names", "register"]

@@ -46,6 +46,7 @@ def app_of(step: Step) -> AppStart:
 
 class AppKind(BaseKind):
     names = ("app",)
+    agent_kind = ("app", 1)
 
     # the filesystem a prepare made is the lab's own: the agent knows it (its marker), the controller's
     # last observation of the DUT may show it as a signature; the agent judges that one at start

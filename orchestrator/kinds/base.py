@@ -39,6 +39,11 @@ class StepKind(Protocol):
         """The controller runs it itself (a playbook), not an agent."""
 
     @property
+    def agent_kind(self) -> tuple[str, int] | None:
+        """The agent's step kind its start messages name (their ``action``) and the least version of it they need
+        (``agents.kinds.StepKind.command_version``, announced in the host's facts); None for a local kind."""
+
+    @property
     def lab_fs(self) -> bool:
         """A filesystem signature on its devices may be the lab's own: the agent judges it, not the controller."""
 

@@ -17,21 +17,13 @@ from labcontract.protocol import StartStep
 from labcontract.suite import Workload
 from orchestrator.kinds.base import KindContext
 from orchestrator.states import StepState
-from orchestrator.store.models import Artifact, Attempt, Device, Host, Run, Step
+from orchestrator.store.models import Artifact, Attempt, Host, Run, Step, find_device
 
 log = logging.getLogger("orchestrator.controller")
 
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def find_device(host: Host, device: str) -> Device | None:
-    """A declared DUT of ``host`` by name, path or by-id link."""
-    for d in host.devices:
-        if device in (d.name, d.path, d.by_id) and d.declared:
-            return d
-    return None
 
 
 def run_devices(run: Run) -> tuple[str, ...]:
@@ -43,6 +35,7 @@ class BaseKind:
 
     names: tuple[str, ...] = ()
     local = False
+    agent_kind: tuple[str, int] | None = ("fio", 1)
     lab_fs = False
 
     def operation(self, step: Step) -> str | None:

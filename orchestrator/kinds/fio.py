@@ -18,9 +18,9 @@ from labcontract.fioseries import parse_status_stream, series_summary, split_sta
 from labcontract.hostcpu import HostCpu
 from labcontract.protocol import StartStep
 from labcontract.suite import Workload
-from orchestrator import opmode, preconditioning
 from orchestrator.kinds.base import KindContext
 from orchestrator.kinds.common import BaseKind, ctx_of, generic_start, result_provenance, run_devices
+from orchestrator.runs import opmode, preconditioning
 from orchestrator.states import StepState
 from orchestrator.store.models import Attempt, Result, Run, Step
 

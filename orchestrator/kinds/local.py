@@ -1,4 +1,4 @@
-"""Steps the controller runs itself through Ansible (orchestrator.provisioning): ``provision``, ``dut_state``
+"""Steps the controller runs itself through Ansible (orchestrator.runs.provisioning): ``provision``, ``dut_state``
 (purge and OP mode of the run's DUTs), ``facts``. Their start message is never sent (it carries the attempt's
 identity to the playbook runner); their end is picked up by the controller's watchdog, which stores the
 playbook's artifacts and note."""
@@ -12,6 +12,7 @@ from orchestrator.store.models import Step
 class LocalKind(BaseKind):
     names = ("provision", "dut_state", "facts")
     local = True
+    agent_kind = None
 
     def operation(self, step: Step) -> str | None:
         if step.kind == "dut_state":

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from labcontract.errors import StepOutputError
 from labcontract.protocol import NetStart, StartStep
 from labcontract.suite import Workload
-from orchestrator import netgroups
 from orchestrator.kinds.base import KindContext
 from orchestrator.kinds.common import BaseKind, host_provenance
+from orchestrator.runs import netgroups
 from orchestrator.states import TERMINAL_STEP, StepState
 from orchestrator.store.models import Attempt, Host, NetGroup, Result, Run, Step
 
@@ -27,6 +27,7 @@ NET_TARGET_EXTRA_S = 2      # the target counts this much longer than its initia
 
 class NetKind(BaseKind):
     names = ("net",)
+    agent_kind = ("net", 1)
 
     def expected_seconds(self, ctx: KindContext, step: Step) -> int:
         return super().expected_seconds(ctx, step) + int(ctx.tuning.net_start_lead_s) + 1 + NET_TARGET_EXTRA_S

@@ -11,6 +11,7 @@ from orchestrator.store.models import Attempt, Run, Step
 
 class PurgeKind(BaseKind):
     names = ("purge",)
+    agent_kind = ("purge", 1)
 
     def operation(self, step: Step) -> str | None:
         rw = step.workload.get("rw") if step.workload else None

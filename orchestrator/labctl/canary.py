@@ -25,9 +25,8 @@ NAME_MAX = 64        # a schedule name's limit (labcontract.protocol.ScheduleAdd
 
 def _device_name(host: str, device: str) -> tuple[str, str]:
     """(name, path) of a declared DUT named by name, path or by-id link; every problem of the target at once."""
-    from orchestrator.kinds.common import find_device
-    from orchestrator.store.models import Host
-    from orchestrator.submission import submission_problems
+    from orchestrator.runs.submission import submission_problems
+    from orchestrator.store.models import Host, find_device
 
     with sessions_or_fail()() as s:
         problems = submission_problems(s, host, [device])
@@ -64,8 +63,8 @@ def canary_add(
     from labcontract.protocol import ScheduleAdd, Submit
     from labcontract.transport import redis_client
     from orchestrator.canary import QUARANTINE_ACTOR, SUITE
-    from orchestrator.cron import cron_problem
-    from orchestrator.labctl.client import ControllerClient, _reply_to, check_submission
+    from orchestrator.runs.client import ControllerClient, _reply_to, check_submission
+    from orchestrator.runs.cron import cron_problem
 
     dev_name, _path = _device_name(host, device)
     name = _checked_name(host, dev_name)
@@ -89,7 +88,7 @@ def canary_list() -> None:
     from sqlalchemy import select
 
     from orchestrator.canary import CHECK, QUARANTINE_ACTOR
-    from orchestrator.health import device_of
+    from orchestrator.runs.health import device_of
     from orchestrator.store.models import Host, Schedule
 
     def when(t: float | None) -> str:
@@ -125,7 +124,7 @@ def canary_remove(
 ) -> None:
     """Remove a DUT's canary schedule (its history and last verdict stay)."""
     from labcontract.transport import redis_client
-    from orchestrator.labctl.client import ControllerClient
+    from orchestrator.runs.client import ControllerClient
 
     try:
         dev_name = _device_name(host, device)[0]

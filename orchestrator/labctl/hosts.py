@@ -169,7 +169,7 @@ def release(host: Annotated[str, typer.Argument(help="The quarantined host.")],
                                                             "default: the host and all its DUTs.")] = None) -> None:
     """Return a quarantined host or DUT to scheduling (its failure counts start again from zero)."""
     from labcontract.transport import redis_client
-    from orchestrator.labctl.client import ControllerClient
+    from orchestrator.runs.client import ControllerClient
 
     checked_reply(ControllerClient(redis_client(State.config.broker_url)).release(host, device))
     print(f"released {host}{':' + device if device else ''}")

@@ -142,7 +142,7 @@ def regressions_ack(
     """Acknowledge a regression: it is not listed (nor flagged on its run) again; --all still shows it."""
     from labcontract.transport import redis_client
     from orchestrator.labctl.apicmds import api_client
-    from orchestrator.labctl.client import ControllerClient
+    from orchestrator.runs.client import ControllerClient
     from orchestrator.stats.history import find_regressions
 
     rid = regression_id.strip().lower()

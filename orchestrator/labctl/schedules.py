@@ -33,8 +33,8 @@ def schedule_add(
     """Add a schedule: the controller queues the suite each time the cron expression says."""
     from labcontract.transport import redis_client
     from labcontract.units import parse_duration
-    from orchestrator.cron import cron_problem
-    from orchestrator.labctl.client import ControllerClient, check_submission
+    from orchestrator.runs.client import ControllerClient, check_submission
+    from orchestrator.runs.cron import cron_problem
 
     suite = check_submission(suite_ref, host, device, _sessions())
     if (why := cron_problem(cron, time.time())) is not None:     # the controller's own check, before sending
@@ -86,7 +86,7 @@ def schedule_list() -> None:
 def schedule_rm(name: str) -> None:
     """Remove a schedule (runs it already queued stay)."""
     from labcontract.transport import redis_client
-    from orchestrator.labctl.client import ControllerClient
+    from orchestrator.runs.client import ControllerClient
 
     reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
     print(f"schedule {name} removed")

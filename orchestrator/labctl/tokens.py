@@ -18,7 +18,7 @@ from orchestrator.labctl.common import State, checked_reply, fails_cleanly, out
 from orchestrator.labctl.common import sessions_or_fail as _sessions
 
 if TYPE_CHECKING:
-    from orchestrator.labctl.client import ControllerClient
+    from orchestrator.runs.client import ControllerClient
 
 token_app = typer.Typer(help="API tokens of the web service (need the broker user web: --broker "
                              "redis://web@...).", no_args_is_help=True)
@@ -29,7 +29,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 def _client() -> ControllerClient:
     from labcontract.protocol import WEB_COMMANDS_STREAM
     from labcontract.transport import redis_client
-    from orchestrator.labctl.client import ControllerClient
+    from orchestrator.runs.client import ControllerClient
 
     return ControllerClient(redis_client(State.config.broker_url), stream=WEB_COMMANDS_STREAM, actor=ADMIN_ACTOR)
 

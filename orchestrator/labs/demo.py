@@ -13,11 +13,11 @@ from labcontract.transport import redis_client
 from orchestrator import labfile
 from orchestrator.config import LabConfig
 from orchestrator.htmlreport import write_html
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labctl.watch import watch_run
 from orchestrator.labs.lab import Lab, redis_ping, wait_for
 from orchestrator.queries import run_detail
 from orchestrator.report import write_markdown
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
 

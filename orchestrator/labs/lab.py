@@ -223,7 +223,7 @@ class Lab:
     # --- daemons ----------------------------------------------------------------------
 
     def labctl(self) -> list[str]:
-        return [self.python, "-m", "orchestrator.labctl.cli"]
+        return [self.python, "-m", "orchestrator.cmd.labctl"]
 
     def start_controller(self, store_url: str, *, extra: tuple[str, ...] = (),
                          metrics_port: int | None = 0) -> Proc:

@@ -22,8 +22,8 @@ from labcontract.errors import LabError, ServiceError
 from labcontract.protocol import WEB_COMMANDS_STREAM
 from labcontract.transport import redis_client
 from orchestrator.labctl.api import ApiClient
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import Lab, Proc, free_port, wait_for
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Host
 from orchestrator.tokens import new_token, token_hash

@@ -56,6 +56,9 @@ class Host(Base):
     clock_skew_s: Mapped[float | None] = mapped_column(Float)
     # why the agent cannot be used (e.g. it speaks another protocol version); "" when compatible
     incompatible: Mapped[str] = mapped_column(Text, default="")
+    # schema 0016: the step kinds its agent announced, action -> version (HostFacts.step_kinds); None: it announced
+    # none (an older agent: the scheduler does not judge the host by its kinds)
+    step_kinds: Mapped[dict[str, int] | None] = mapped_column(JSON)
     devices: Mapped[list[Device]] = relationship(back_populates="host_row", cascade="all, delete-orphan",
                                                  order_by="Device.name")
 
@@ -357,3 +360,11 @@ class RegressionAck(Base):
     acknowledged_at: Mapped[float] = mapped_column(Float)
     actor: Mapped[str] = mapped_column(String(64), default="")
     reason: Mapped[str] = mapped_column(Text, default="")
+
+
+def find_device(host: Host, device: str) -> Device | None:
+    """A declared DUT of ``host`` by name, path or by-id link."""
+    for d in host.devices:
+        if device in (d.name, d.path, d.by_id) and d.declared:
+            return d
+    return None

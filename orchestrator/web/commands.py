@@ -19,14 +19,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.errors import Busy, CommandRefused, ServiceError
 from labcontract.protocol import REPLY_PREFIX, WEB_COMMANDS_STREAM, Message, Reply
-from orchestrator.labctl.client import parse_reply, wait_reply
+from orchestrator.runs.client import parse_reply, wait_reply
 
 log = logging.getLogger(__name__)
 
 
 def controller_absence(db: sessionmaker[Session], now: float) -> str:
-    """Why the controller may not be answering, from its lease (orchestrator.controller.lease)."""
-    from orchestrator.controller.lease import absence, current
+    """Why the controller may not be answering, from its lease (orchestrator.store.lease)."""
+    from orchestrator.store.lease import absence, current
 
     try:
         lease = current(db)

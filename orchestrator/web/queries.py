@@ -228,15 +228,16 @@ def list_hosts(s: Session, now: float | None = None) -> list[dict[str, Any]]:
 
 def queue(s: Session, now: float | None = None, controller_gone: str | None = None) -> list[dict[str, Any]]:
     """Runs not ended, as ``labctl queue`` shows them: started first, then by priority and age, each with
-    what the scheduler (orchestrator.scheduling.decide) says it waits for. ``controller_gone``: the reason
+    what the scheduler (orchestrator.runs.scheduling.decide) says it waits for. ``controller_gone``: the reason
     the controller is not working the queue (every run then says so)."""
-    from orchestrator.scheduling import StepSummary, decide
+    from orchestrator.kinds import agent_kinds
+    from orchestrator.runs.scheduling import StepSummary, decide
 
     now = time.time() if now is None else now
     runs = list(s.scalars(select(Run).where(Run.state.in_(["QUEUED", "RUNNING", "PAUSED"]))))
     hosts = {h.name: h for h in s.scalars(select(Host).options(selectinload(Host.devices)))}
     ids = [r.id for r in runs]
-    decision = decide(runs, hosts, now, lambda h: host_up(h, now), StepSummary.of(s, ids))
+    decision = decide(runs, hosts, now, lambda h: host_up(h, now), StepSummary.of(s, ids), agent_kinds())
     starting = {r.id for r, _st in decision.dispatch} if not controller_gone else set()
     counts = step_counts(s, ids)
     running = dict(s.execute(select(Step.run_id, func.min(Step.name)).where(
@@ -269,6 +270,6 @@ def list_schedules(s: Session) -> list[dict[str, Any]]:
 
 def controller_gone(s: Session, now: float | None = None) -> str | None:
     """Why the controller is not working the queue (from its lease), or None when it holds a live lease."""
-    from orchestrator.controller.lease import absence, view_in
+    from orchestrator.store.lease import absence, view_in
 
     return absence(view_in(s), time.time() if now is None else now)

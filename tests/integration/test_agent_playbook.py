@@ -181,7 +181,7 @@ READ_SUITE = "suite: unprivileged\nprofiles:\n  - {name: r, rw: randread, bs: 4k
 def submit_read(lab: Lab, device: str) -> str:
     from labcontract.suite import parse_suite
     from labcontract.transport import redis_client
-    from orchestrator.labctl.client import ControllerClient
+    from orchestrator.runs.client import ControllerClient
 
     assert lab.broker_url
     run_id, reply = ControllerClient(redis_client(lab.broker_url), timeout_s=30).submit(

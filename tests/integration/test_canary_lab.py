@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from labcontract.suite import load_suite
-from orchestrator.labctl.client import ControllerClient
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.models import Attempt, Host, Result, Run, Schedule, Step
 from tests.conftest import LabHandle
 from tests.tables import column_text

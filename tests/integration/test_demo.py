@@ -18,7 +18,7 @@ def test_the_demo_runs_cleans_its_dut_and_leaves_a_lab_labctl_finds(tmp_path: Pa
     checkout = tmp_path / "checkout"
     (checkout / "docs").mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAB_")}
-    labctl = [sys.executable, "-m", "orchestrator.labctl.cli"]
+    labctl = [sys.executable, "-m", "orchestrator.cmd.labctl"]
     demo = subprocess.run([*labctl, "--lab-dir", str(checkout / ".lab"), "demo", "--runtime", "1", "--size-mib", "64"],
                           capture_output=True, text=True, timeout=600, cwd=checkout, env=env)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]

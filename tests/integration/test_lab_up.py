@@ -21,15 +21,9 @@ from orchestrator.labs.lab import wait_for
 
 
 def lab_up_argv(lab_dir: Path) -> list[str]:
-    """``labctl lab up`` once the command is registered in labctl, else its typer app directly."""
-    from orchestrator.labctl import cli
-
-    opts = ["up", "--lab-dir", str(lab_dir), "--duts", "1", "--size-mib", "64"]
-    if any(g.name == "lab" for g in cli.app.registered_groups):
-        return [sys.executable, "-m", "orchestrator.labctl.cli", "lab", *opts]
-    code = ("import sys; from orchestrator.labctl.labcmd import lab_app; "
-            "lab_app(sys.argv[1:], prog_name='labctl lab')")
-    return [sys.executable, "-c", code, *opts]
+    """``labctl lab up`` (its entry: orchestrator/cmd/labctl.py)."""
+    return [sys.executable, "-m", "orchestrator.cmd.labctl", "lab", "up", "--lab-dir", str(lab_dir), "--duts", "1",
+            "--size-mib", "64"]
 
 
 def processes_of(lab_dir: Path) -> dict[int, str]:
@@ -141,7 +135,7 @@ def test_lab_up_serves_until_ctrl_c(tmp_path: Path) -> None:
         # labctl finds the lab by its lab file (LAB_DIR, as lab up says): the store, and the broker with a controller
         assert Path(got["use"]) == lab_dir and (lab_dir / "lab.toml").is_file()
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAB_")} | {"LAB_DIR": str(lab_dir)}
-        shown = subprocess.run([sys.executable, "-m", "orchestrator.labctl.cli", "hosts"], capture_output=True,
+        shown = subprocess.run([sys.executable, "-m", "orchestrator.cmd.labctl", "hosts"], capture_output=True,
                                text=True, timeout=120, cwd=tmp_path, env=env)
         assert shown.returncode == 0 and "lab-local" in shown.stdout, shown.stdout + shown.stderr
         token_file = Path(got["file"])

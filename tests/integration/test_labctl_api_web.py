@@ -94,7 +94,7 @@ def api_labctl(web: WebHandle, tmp_path: Path) -> Callable[..., subprocess.Compl
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAB_")}
 
     def through_api(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(tmp_path / "none"),
+        return subprocess.run([sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(tmp_path / "none"),
                                "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}", "--api", web.url,
                                "--token-file", str(token_file), *args], capture_output=True, text=True, timeout=120,
                               cwd=tmp_path, env=env)
@@ -186,9 +186,9 @@ def test_compare_and_export_of_n_runs_are_the_same_with_and_without_api(web: Web
     # terminal, so the bytes, escape sequences included, are the ones labctl draws itself
     tty_env = env_without_lab() | {"TERM": "xterm-256color", "COLUMNS": "120"}
     for args in (("run", "show", ids[0]), ("compare", *ids)):
-        here = on_a_tty([sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(web.lab.lab.root),
+        here = on_a_tty([sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(web.lab.lab.root),
                          "--broker", web.lab.lab.labctl_url or "", "--store", web.lab.store_url, *args], tty_env)
-        there = on_a_tty([sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(tmp_path / "none"),
+        there = on_a_tty([sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(tmp_path / "none"),
                           "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}", "--api", web.url, "--token-file",
                           str(tmp_path / "viewer.token"), *args], tty_env)
         assert there == here, args

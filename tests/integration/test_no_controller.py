@@ -14,8 +14,8 @@ import pytest
 
 from labcontract.protocol import COMMANDS_STREAM, CONTROLLER_PRESENCE_KEY
 from labcontract.transport import redis_client
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import Lab
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.db import make_engine, migrate
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ def test_a_submission_to_a_broker_no_controller_registered_at_is_refused_and_not
         bare: Lab, tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'store.sqlite'}"
     assert bare.labctl_url is not None
-    argv = [sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(bare.root), "--broker", bare.labctl_url,
+    argv = [sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(bare.root), "--broker", bare.labctl_url,
             "--store", store]
     migrate(make_engine(store))          # a store with its schema: only the broker is wrong
     res = subprocess.run([*argv, "schedule", "rm", "nightly"], capture_output=True, text=True, timeout=120)

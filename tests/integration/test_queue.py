@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import wait_for
 from orchestrator.queries import RunDetail
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.models import Run
 from tests.conftest import LabHandle, start_lab
 

@@ -115,7 +115,7 @@ def test_redis_crash_loses_no_queued_submission(fresh_lab: LabHandle) -> None:
     """A submission waits in the broker while the controller is down; redis-server is killed (SIGKILL)
     and restarted from its append-only file; the controller comes back and runs it."""
     from labcontract.suite import parse_suite
-    from orchestrator.labctl.client import ControllerClient
+    from orchestrator.runs.client import ControllerClient
     from orchestrator.store.models import Run
 
     lab = fresh_lab

@@ -25,8 +25,8 @@ from sqlalchemy import func, select
 
 from labcontract.protocol import Reply
 from labcontract.suite import parse_suite
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import Proc, redis_ping, wait_for
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.models import Attempt, Step
 from tests.conftest import QUICK_SUITE, THREE_STEPS, LabHandle, start_lab
 from tests.pg import start_postgres

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 
 def labctl_argv(lab: LabHandle, *args: str) -> list[str]:
-    return [sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(lab.lab.root), "--broker", lab.broker,
+    return [sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(lab.lab.root), "--broker", lab.broker,
             "--store", lab.store_url, *args]
 
 

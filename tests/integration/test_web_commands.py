@@ -11,8 +11,8 @@ import pytest
 from labcontract.protocol import COMMANDS_STREAM, DEADLETTER_STREAM
 from labcontract.suite import parse_suite
 from labcontract.transport import redis_client
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import wait_for
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.models import ApiToken, Run
 from orchestrator.tokens import lookup, token_hash
 from tests.conftest import THREE_STEPS, LabHandle

@@ -187,7 +187,7 @@ def test_the_acl_file_labctl_generates_holds_on_a_plain_redis_server(tmp_path: P
     from orchestrator.labs.lab import Lab, free_port
 
     acl, secrets = tmp_path / "users.acl", tmp_path / "secrets"
-    res = subprocess.run([sys.executable, "-m", "orchestrator.labctl.cli", "broker", "acl", "--hosts", "h1,h2",
+    res = subprocess.run([sys.executable, "-m", "orchestrator.cmd.labctl", "broker", "acl", "--hosts", "h1,h2",
                           "--out", str(acl), "--secrets-dir", str(secrets)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert stat.S_IMODE(acl.stat().st_mode) == 0o600

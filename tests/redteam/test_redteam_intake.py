@@ -35,8 +35,8 @@ from labcontract.protocol import (
     events_stream,
 )
 from labcontract.transport import redis_client
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import wait_for
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.models import Host
 from tests.conftest import QUICK_SUITE, LabHandle, one_workload, unique
 

@@ -19,7 +19,7 @@ the SAFE behaviour of a hole the red team found and closed:
    DUT's drift count to 0. Now only a canary judged ok clears it.
 8. A network submission naming an initiator twice died in the controller on the store's unique step key (no
    reply, a dead letter); one naming more initiators than its suite made steps past the suite's cell_limit
-   (times its repeat). Both are now refused with the reason (orchestrator.netgroups.net_problems).
+   (times its repeat). Both are now refused with the reason (orchestrator.runs.netgroups.net_problems).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from labcontract.protocol import Artifact, Register, StepEnded, Submit, agent_qu
 from labcontract.suite import parse_suite
 from labcontract.transport import celery_settings, redis_client
 from orchestrator.controller.celery_wire import TaskEncoder
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import wait_for
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.models import Host, Result, Schedule
 from tests.conftest import LabHandle, start_lab, unique
 from tests.redteam.test_redteam_intake import QUICK, dead_letter, gz_bomb, send, serves

@@ -27,8 +27,8 @@ import redis
 from labcontract.protocol import COMMANDS_STREAM, WEB_COMMANDS_STREAM
 from labcontract.suite import load_suite
 from labcontract.transport import redis_client
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import wait_for
+from orchestrator.runs.client import ControllerClient
 from orchestrator.store.models import ApiToken, Artifact, Attempt, Run
 from orchestrator.tokens import new_token, token_hash
 from tests.webfix import WebHandle, web  # noqa: F401

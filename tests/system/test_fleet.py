@@ -41,7 +41,7 @@ echo "fio: fake run in $(pwd)" >&2
 def labctl(hosts: SshHosts, lab_dir: Path, *args: str, extra: tuple[str, ...] = (),
            host_options: bool = True) -> subprocess.CompletedProcess[str]:
     """``labctl hosts ARGS`` with a ``--host`` per namespace host (unless ``host_options`` is false)."""
-    argv = [sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(lab_dir), "hosts", *args]
+    argv = [sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(lab_dir), "hosts", *args]
     for h in hosts if host_options else ():
         argv += ["--host", hosts.host_option(h)]
     argv += ["--identity", str(hosts.key), "--known-hosts", str(hosts.known_hosts), *extra]

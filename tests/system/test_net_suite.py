@@ -25,10 +25,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.suite import parse_suite
 from labcontract.transport import redis_client
-from orchestrator.labctl.client import ControllerClient
 from orchestrator.labs.lab import Lab, Proc, wait_for
-from orchestrator.netgroups import SKEW_LIMIT_MS
 from orchestrator.queries import RunDetail, run_detail
+from orchestrator.runs.client import ControllerClient
+from orchestrator.runs.netgroups import SKEW_LIMIT_MS
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.store.db import make_engine, sessions
 from orchestrator.store.models import Attempt, Host, NetGroup, Step
@@ -95,7 +95,7 @@ class NetRunLab:
         import subprocess
 
         assert self.lab.broker_url
-        res = subprocess.run([sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(self.lab.root),
+        res = subprocess.run([sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(self.lab.root),
                               "--broker", self.lab.broker_url, "--store", self.store_url, *args],
                              capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
         assert res.returncode == 0, res.stderr + res.stdout

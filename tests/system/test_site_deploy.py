@@ -229,7 +229,7 @@ def test_site_yml_deploys_a_working_lab_and_runs_twice_without_change(site_hosts
     # a suite on each agent through the deployed controller, as the broker's user labctl, over TLS
     suite = tmp_path / "quick.yaml"
     suite.write_text(QUICK_SUITE)
-    labctl = [sys.executable, "-m", "orchestrator.labctl.cli", "--lab-dir", str(tmp_path / "cli"),
+    labctl = [sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(tmp_path / "cli"),
               "--broker", f"rediss://labctl@{ctl.address}:{ports['redis']}/0",
               "--broker-password-file", str(etc / "broker" / "labctl.pass"), "--broker-ca", str(certs.ca),
               "--broker-cert", str(certs.client_cert), "--broker-key", str(certs.client_key), "--store", store]

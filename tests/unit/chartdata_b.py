@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from labcontract.suite import load_suite
-from orchestrator.planner import NetHosts, plan
 from orchestrator.queries import RunDetail
+from orchestrator.runs.planner import NetHosts, plan
 from orchestrator.store.models import NetGroup, Result, Run, Step
 
 OS = "Debian GNU/Linux 12 (bookworm)"

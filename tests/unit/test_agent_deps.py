@@ -154,7 +154,7 @@ def test_dev_extra_includes_the_controller_and_entry_points() -> None:
         {norm(Requirement(r).name) for r in extra_requirements("controller")}
     scripts = project()["scripts"]
     assert isinstance(scripts, dict)
-    assert scripts == {"labctl": "orchestrator.labctl.cli:main", "storagelab-agent": "agents.cmd.cli:main"}
+    assert scripts == {"labctl": "orchestrator.cmd.labctl:main", "storagelab-agent": "agents.cmd.cli:main"}
 
 
 def controller_only_modules() -> list[str]:

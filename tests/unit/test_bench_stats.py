@@ -9,7 +9,7 @@ import pytest
 
 from bench.benchlab import excludes, fio_job_cpu, fmt_ci, last_report, proc_cpu, ratio_summary, ratios, split_cpus
 from bench.repeatability import make_suite
-from orchestrator.planner import plan
+from orchestrator.runs.planner import plan
 
 
 def test_split_cpus_gives_fio_its_own_cpus() -> None:

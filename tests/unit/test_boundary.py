@@ -21,7 +21,7 @@ from orchestrator.controller import Controller
 from orchestrator.controller.boundary import Boundary
 from orchestrator.controller.lease import LeaseLost
 from orchestrator.controller.notify import Notifier
-from orchestrator.cron import cron_problem, next_fire
+from orchestrator.runs.cron import cron_problem, next_fire
 from orchestrator.store.models import Run, Schedule
 from tests.unit.conftest import Clock, RecordingDispatcher
 

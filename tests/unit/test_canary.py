@@ -1,5 +1,5 @@
 """The canary's judgement (orchestrator.canary): synthetic histories judged (stable, a 25% drop, too short, a
-rise), and on a real SQLite store the verdict as a health entry, the quarantine through orchestrator.health
+rise), and on a real SQLite store the verdict as a health entry, the quarantine through orchestrator.runs.health
 when the DUT's canary schedule asks for it, and the release."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator import canary, health
+from orchestrator import canary
+from orchestrator.runs import health
 from orchestrator.store.models import Device, Host, Run, Schedule
 from tests.unit.test_compare import add_run, figures, make_store
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.labctl.cli import app
+from orchestrator.cmd.labctl import app
 
 runner = CliRunner()
 

@@ -345,7 +345,7 @@ def test_addresses_and_options() -> None:
     assert advertised_address(None, "10.1.2.3", 4321) == "10.1.2.3:4321"
     assert advertised_address(None, "0.0.0.0", 4321).endswith(":4321")
     # the CLI's defaults are the contract's ports
-    from orchestrator.labctl import cli
+    from orchestrator.cmd import labctl as cli
 
     for fn, port in ((cli.agent, T.DEFAULT_AGENT_METRICS_PORT), (cli.controller, T.DEFAULT_CONTROLLER_METRICS_PORT)):
         assert inspect.signature(fn).parameters["metrics_port"].default == port

@@ -14,9 +14,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from labcontract.apps import AppResult, AppStart, PgbenchParams, SysbenchParams, expected_seconds
 from labcontract.appsuite import fs_size_bytes
 from labcontract.protocol import Artifact, StartStep, StepEnded, StepStarted, Submit
-from orchestrator import kinds, planner
+from orchestrator import kinds
 from orchestrator.config import ControllerTuning
 from orchestrator.controller import Controller, step_operation
+from orchestrator.runs import planner
 from orchestrator.states import StepState
 from orchestrator.store.models import Attempt, Result, Run, Step
 from tests.unit.conftest import Clock, RecordingDispatcher

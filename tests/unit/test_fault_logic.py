@@ -18,7 +18,7 @@ from labcontract.protocol import (
     StepUnknown,
     Submit,
 )
-from orchestrator.scheduling import decide
+from orchestrator.runs.scheduling import decide
 from orchestrator.store.models import Attempt, Device, Host, Run, Step
 from tests.unit.test_controller import SUITE, ended, submit
 
@@ -278,7 +278,7 @@ def test_a_replaced_device_fails_the_serial_check(env: Any) -> None:
 
 
 def test_steps_order_puts_a_repurge_first() -> None:
-    from orchestrator.scheduling import next_pending
+    from orchestrator.runs.scheduling import next_pending
 
     run = Run(id="r", steps=[Step(id="m", seq=3, round=0, kind="measure", state="PENDING"),
                              Step(id="p", seq=3, round=-1, kind="purge", state="PENDING")])

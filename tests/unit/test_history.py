@@ -312,7 +312,7 @@ def test_labctl_regressions_prints_the_table_the_too_short_count_and_refuses_a_b
         env: Any, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from orchestrator.labctl.cli import app
+    from orchestrator.cmd.labctl import app
 
     db: sessionmaker[Session] = env[3]
     store_history(db, noisy(12, 10_000) + noisy(12, 8_000, seed=21))

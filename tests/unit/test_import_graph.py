@@ -128,7 +128,73 @@ def test_labctl_starts_without_the_store_the_broker_or_the_message_models() -> N
 
     heavy = ("sqlalchemy", "redis", "pydantic", "numpy", "celery", "labcontract.protocol", "labcontract.suite",
              "orchestrator.canary", "orchestrator.controller", "orchestrator.store.models")
-    code = ("import sys; from orchestrator.labctl.cli import app; "
+    code = ("import sys; from orchestrator.cmd.labctl import app; "
             f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert res.stdout.strip() == "", f"imported at labctl's start: {res.stdout.strip()}"
+
+
+def room_of(module: str, known: dict[str, Path]) -> str:
+    """The room a module lives in: a top-level folder, a subpackage of orchestrator, or a loose module of its own."""
+    parts = module.split(".")
+    if parts[0] != "orchestrator" or len(parts) == 1:
+        return parts[0]
+    if len(parts) > 2 or known[module].name == "__init__.py":
+        return f"orchestrator.{parts[1]}"
+    return module
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    known = modules()
+    rooms: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        for target in targets:
+            a, b = room_of(name, known), room_of(target, known)
+            if a != b:
+                rooms.setdefault(a, set()).add(b)
+    return rooms
+
+
+# rooms that must never import other rooms (issue 25, docs/architecture.md "Rooms"): the clients of the lab (labctl
+# and the web service) never the controller daemon, the daemons' entries, the agent or the test labs; a run before its
+# results never a daemon, a client, a step kind or a view; nothing but the entries imports an entry
+NEVER: dict[str, tuple[str, ...]] = {
+    "orchestrator.labctl": ("orchestrator.controller", "orchestrator.cmd", "orchestrator.labs", "orchestrator.web",
+                            "agents"),
+    "orchestrator.web": ("orchestrator.controller", "orchestrator.cmd", "orchestrator.labs", "orchestrator.labctl",
+                         "agents"),
+    "orchestrator.runs": ("orchestrator.controller", "orchestrator.cmd", "orchestrator.labs", "orchestrator.labctl",
+                          "orchestrator.web", "orchestrator.kinds", "orchestrator.htmlreport", "orchestrator.export",
+                          "agents"),
+    "orchestrator.store": ("orchestrator.controller", "orchestrator.cmd", "orchestrator.labs", "orchestrator.labctl",
+                           "orchestrator.web", "orchestrator.kinds", "orchestrator.runs", "agents"),
+    "orchestrator.controller": ("orchestrator.cmd", "orchestrator.labs", "orchestrator.labctl", "orchestrator.web"),
+    "agents": ("orchestrator",),
+    "labcontract": ("orchestrator", "agents"),
+}
+
+
+def wrong_way(rooms: dict[str, set[str]]) -> list[str]:
+    out = []
+    for room, banned in NEVER.items():
+        for target in sorted(rooms.get(room, ())):
+            if any(target == b or target.startswith(b + ".") for b in banned):
+                out.append(f"{room} -> {target}")
+    return out
+
+
+def test_rooms_import_one_way_and_in_no_circle() -> None:
+    """Folder-level: a lazy import inside a function counts (it hides a circle, it does not untie it)."""
+    rooms = room_graph(house_graph())
+    assert circles(rooms) == [], f"rooms in a circle: {[sorted(c) for c in circles(rooms)]}"
+    assert wrong_way(rooms) == []
+
+
+def test_a_planted_wrong_way_room_import_is_refused() -> None:
+    graph = house_graph()
+    graph["orchestrator.labctl.hosts"].add("orchestrator.controller.loop")      # labctl reaching into the daemon
+    graph["orchestrator.runs.planner"].add("orchestrator.kinds.fio")            # a plan reaching up to a kind
+    assert wrong_way(room_graph(graph)) == ["orchestrator.labctl -> orchestrator.controller",
+                                            "orchestrator.runs -> orchestrator.kinds"]
+    graph["orchestrator.store.db"].add("orchestrator.queries")                  # the store reading the read model
+    assert circles(room_graph(graph))

@@ -33,7 +33,7 @@ from labcontract.protocol import (
     events_stream,
 )
 from orchestrator.controller.intake import Intake, Streams, transient, valid_reply_to
-from orchestrator.scheduling import decide
+from orchestrator.runs.scheduling import decide
 from orchestrator.store.models import Attempt, Host, Result, Run
 
 SUITE = "suite: one\nprofiles:\n  - {name: a, rw: randread, bs: 4k, iodepth: 8, runtime: 1}\n"
@@ -207,7 +207,7 @@ def test_a_wrong_version_command_is_answered_at_once(fake: Any) -> None:
 
 def test_client_shows_a_version_refusal() -> None:
     from labcontract.errors import ServiceError
-    from orchestrator.labctl.client import parse_reply
+    from orchestrator.runs.client import parse_reply
 
     with pytest.raises(ServiceError, match="upgrade labctl"):
         parse_reply(json.dumps({"v": PROTOCOL_VERSION, "ok": False, "errors": [

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from labcontract.errors import ConfigError
 from orchestrator import labfile
-from orchestrator.labctl.cli import app
+from orchestrator.cmd.labctl import app
 from orchestrator.labctl.common import State
 from orchestrator.store.db import make_engine, migrate
 

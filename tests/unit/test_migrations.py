@@ -12,7 +12,7 @@ from alembic import command
 from orchestrator.store.db import alembic_config, make_engine, migrate, schema_drift
 from orchestrator.store.models import Result, Run, Step
 
-HEAD = "0015"
+HEAD = "0016"
 
 # the run list's OP-mode index (0011) is an expression, which autogenerate cannot reflect and says so
 pytestmark = pytest.mark.filterwarnings("ignore:Skipped unsupported reflection of expression-based index")
@@ -216,7 +216,7 @@ def test_0014_fingerprints_the_steps_stored_before_it(tmp_path: Path) -> None:
 def test_a_fingerprint_is_the_workload_not_where_it_went_or_how_it_was_reported() -> None:
     from labcontract.fiojob import render_job
     from labcontract.suite import load_suite
-    from orchestrator.planner import plan
+    from orchestrator.runs.planner import plan
     from orchestrator.store.fingerprint import fingerprint
 
     w = next(st.workload for st in plan(load_suite("demo"), ["/dev/nvme0n1"]) if st.workload is not None)

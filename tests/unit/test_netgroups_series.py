@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.netgroups import per_second
+from orchestrator.runs.netgroups import per_second
 
 
 def test_target_samples_at_10hz_are_summed_per_second() -> None:

@@ -15,9 +15,9 @@ from labcontract.facts import HostFacts, NetPathDecl
 from labcontract.protocol import Artifact, Heartbeat, Register, StepEnded, StepStarted, Submit
 from labcontract.suite import builtin_suites, count_steps, load_suite, parse_suite
 from orchestrator.controller import Controller
-from orchestrator.netgroups import aggregate
-from orchestrator.planner import NetHosts, plan
-from orchestrator.scheduling import decide, devices_of
+from orchestrator.runs.netgroups import aggregate
+from orchestrator.runs.planner import NetHosts, plan
+from orchestrator.runs.scheduling import decide, devices_of
 from orchestrator.store.models import Host, NetGroup, Run
 
 NET = """\

@@ -1,6 +1,6 @@
-"""OP modes applied on the device (orchestrator/opmode.py): the workload fio runs after a dut_state step
+"""OP modes applied on the device (orchestrator/runs/opmode.py): the workload fio runs after a dut_state step
 set the mode, and the note that becomes the result's provenance; the dut_state outcome that refuses a group
-whose devices were set by different methods (orchestrator/provisioning.py)."""
+whose devices were set by different methods (orchestrator/runs/provisioning.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from labcontract.fiojob import render_job
 from labcontract.suite import Workload, parse_suite
-from orchestrator.opmode import (
+from orchestrator.runs.opmode import (
     AppliedOp,
     applied_ops,
     applied_ops_from_note,
@@ -23,8 +23,8 @@ from orchestrator.opmode import (
     step_workload,
     suite_footprints,
 )
-from orchestrator.planner import PlannedStep, plan
-from orchestrator.provisioning import _Job, mixed_op_methods, outcome_of
+from orchestrator.runs.planner import PlannedStep, plan
+from orchestrator.runs.provisioning import _Job, mixed_op_methods, outcome_of
 from orchestrator.store.models import Artifact, Attempt, Run, Step
 
 SUITE = """\

@@ -5,7 +5,7 @@ from __future__ import annotations
 from labcontract.apps import AppStart
 from labcontract.suite import load_suite, parse_suite, steps_of
 from orchestrator.cells import cell_key
-from orchestrator.planner import plan
+from orchestrator.runs.planner import plan
 
 TWO_MODES = ("suite: oltp\nkind: sysbench\nop_modes: [stock, 'hp:20']\nphases: {purge: true}\n"
              "sysbench: {threads: [2, 8], time: 30, warmup: 10}\n")

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from labcontract.inventory import load_inventory
-from orchestrator.labctl.cli import app
+from orchestrator.cmd.labctl import app
 from orchestrator.labctl.promtargets import (
     agent_targets,
     controller_targets,

@@ -11,9 +11,9 @@ from labcontract.errors import SuiteError
 from labcontract.suite import load_suite, parse_suite, repeat_problems, steps_of, with_overrides
 from orchestrator.cells import cell_key
 from orchestrator.htmlreport.model import mean_result
-from orchestrator.planner import NetHosts, plan
 from orchestrator.queries import RunDetail
 from orchestrator.report import repeats_table
+from orchestrator.runs.planner import NetHosts, plan
 from orchestrator.stats.samples import is_repeated, run_samples, summary_rows
 from orchestrator.store.models import Result, Run, Step
 

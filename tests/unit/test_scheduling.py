@@ -29,7 +29,7 @@ from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.controller import Controller
 from orchestrator.controller.notify import Notifier
-from orchestrator.scheduling import decide
+from orchestrator.runs.scheduling import decide
 from orchestrator.store.db import make_engine, migrate, sessions
 from orchestrator.store.models import Host, Run, Schedule
 from tests.unit.conftest import Clock, RecordingDispatcher

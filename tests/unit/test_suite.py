@@ -12,7 +12,7 @@ from labcontract.errors import SuiteError
 from labcontract.fiojob import render_job
 from labcontract.suite import builtin_suites, count_steps, load_suite, parse_suite, with_overrides
 from labcontract.units import format_size, parse_duration, parse_size
-from orchestrator.planner import plan
+from orchestrator.runs.planner import plan
 
 GOOD = """\
 suite: good

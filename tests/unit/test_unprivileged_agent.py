@@ -57,7 +57,7 @@ def test_metrics_bind_defaults_to_the_advertised_host_else_loopback() -> None:
 
 def test_no_exporter_listens_on_every_address_by_default() -> None:
     from orchestrator.cmd import controller
-    from orchestrator.labctl import cli
+    from orchestrator.cmd import labctl as cli
 
     assert inspect.signature(cli.controller).parameters["metrics_bind"].default == "127.0.0.1"
     assert inspect.signature(cli.agent).parameters["metrics_bind"].default is None

@@ -36,7 +36,7 @@ def release(request: Request, host: HostPath, body: ReleaseBody | None = None) -
 def add_schedule(request: Request, body: ScheduleBody) -> CommandDone:
     """A recurring submission (cron, local time of the controller); checked as a submission is."""
     suite = check_web_submission(request.app.state.web.sessions, body.suite, body.suite_yaml, body.host,
-                                 body.devices)
+                                 body.devices, runtime=body.runtime, scale=body.scale)
     template = build(Submit, run_id="-", suite_source=suite.source, suite_text=suite.source_text, host=body.host,
                       devices=tuple(body.devices), runtime_override=body.runtime, scale=body.scale, live=body.live,
                       priority=body.priority, reply_to="-")

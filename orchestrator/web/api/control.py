@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from labcontract.errors import CommandRefused, InputError, Problem, SubmissionError, SuiteError
 from labcontract.protocol import Cancel, Message, Pause, Rerun, Resume, Submit
 from labcontract.suite import Suite, builtin_suites, load_suite, parse_suite
-from orchestrator.labctl.client import checked_submission
+from orchestrator.runs.client import checked_submission
+from orchestrator.runs.submission import API_KEYS
 from orchestrator.web import queries
 from orchestrator.web.api.common import principal, route, store
 from orchestrator.web.api.models import CancelBody, CommandDone, EmptyBody, SubmitBody, Submitted
@@ -45,11 +46,12 @@ def load_web_suite(name: str | None, text: str | None) -> Suite:
 
 
 def check_web_submission(db: sessionmaker[Session], name: str | None, text: str | None, host: str,
-                         devices: Sequence[str], initiators: Sequence[str] = ()) -> Suite:
+                         devices: Sequence[str], initiators: Sequence[str] = (), **options: Any) -> Suite:
     """Every problem of a suite given by name or text and of its target at once (SubmissionError), else the
-    suite (orchestrator.labctl.client.check_submission's checks, named by the API's fields)."""
+    suite: judged as labctl and the controller judge it (orchestrator.runs.submission.judge), named by the API's
+    fields; ``options`` are the submission's runtime, scale, repeat and max_rounds."""
     return checked_submission(lambda: load_web_suite(name, text), name or YAML_SOURCE, host, devices, db,
-                              initiators, keys=("devices", "initiators"))
+                              initiators, keys=API_KEYS, **options)
 
 
 M = TypeVar("M", bound=Message)
@@ -71,11 +73,12 @@ def send(request: Request, cmd: Message, what: str) -> None:
 @route(router, "POST", "/runs", "engineer", response_model=Submitted, status_code=201)
 def submit(request: Request, body: SubmitBody) -> Submitted:
     """Queue a suite on a host's DUTs; the run id. 422 with every problem of the suite and the target."""
-    from orchestrator.submission import new_run_id
+    from orchestrator.runs.submission import new_run_id
 
     web = request.app.state.web
     suite = check_web_submission(web.sessions, body.suite, body.suite_yaml, body.host, body.devices,
-                                 body.initiators)
+                                 body.initiators, runtime=body.runtime, scale=body.scale, repeat=body.repeat,
+                                 max_rounds=body.max_rounds)
     run_id = new_run_id()
     cmd = build(Submit, run_id=run_id, suite_source=suite.source, suite_text=suite.source_text, host=body.host,
                  devices=tuple(body.devices), initiators=tuple(body.initiators), runtime_override=body.runtime,

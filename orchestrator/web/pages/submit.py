@@ -88,7 +88,8 @@ def submit_post(request: Request, _who: Annotated[Principal, Depends(require("en
     if body is not None and (body.suite is not None or body.suite_yaml):
         try:
             control.check_web_submission(request.app.state.web.sessions, body.suite, body.suite_yaml, body.host,
-                                         body.devices, body.initiators)
+                                         body.devices, body.initiators, runtime=body.runtime, scale=body.scale,
+                                         repeat=body.repeat, max_rounds=body.max_rounds)
         except InputError as e:
             problems += e.problems
     if problems or body is None:

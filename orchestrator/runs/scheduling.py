@@ -8,7 +8,9 @@ Rules, in order:
    yet (``not_before``), whose host is down, or whose devices are held, waits, and reserves its devices
    against lower-priority runs, so it cannot starve.
    A run whose host or a DUT is quarantined waits (it reserves nothing) until ``labctl hosts release``;
-   one on a host whose agent speaks another protocol version waits (with the reason) until it is upgraded.
+   one on a host whose agent speaks another protocol version waits (with the reason) until it is upgraded, and
+   one on a host whose agent lacks a step kind the run still needs (or has it at an older version than this
+   controller's kinds need; the agent announces its kinds in its facts) waits, saying which.
 3. Backfill: a lower-priority run may still use devices reserved by a waiting run when it is expected
    to finish before that run could start (the holders' expected remaining time), so it delays nobody.
 4. A run starts only when every device it names is free: all at once, never piecemeal. A network run
@@ -18,16 +20,16 @@ Rules, in order:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from labcontract.suite import Precondition, Workload
-from orchestrator.health import unavailable
-from orchestrator.netgroups import hosts_of
-from orchestrator.preconditioning import precondition_of
+from orchestrator.runs.health import unavailable
+from orchestrator.runs.netgroups import hosts_of
+from orchestrator.runs.preconditioning import precondition_of
 from orchestrator.states import ACTIVE_STEP, RunState, StepState
 from orchestrator.store.models import Host, Run, Step
 
@@ -41,6 +43,7 @@ class StepSummary:
 
     busy: frozenset[str]
     next: dict[str, Step]
+    pending: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)   # run -> {(step host, kind)}
 
     @classmethod
     def of(cls, s: Session, run_ids: list[str]) -> StepSummary:
@@ -51,13 +54,17 @@ class StepSummary:
         idle = [r for r in run_ids if r not in busy]          # a busy run dispatches nothing this pass
         if not idle:
             return cls(busy, {})
+        left: dict[str, set[tuple[str, str]]] = {}
+        for run_id, host, kind in s.execute(select(Step.run_id, Step.host, Step.kind).where(
+                Step.run_id.in_(idle), Step.state == StepState.PENDING).distinct()):
+            left.setdefault(run_id, set()).add((host, kind))
         rank = func.row_number().over(partition_by=Step.run_id, order_by=(Step.seq, Step.round)).label("rank")
         pending = (select(Step.id, rank).where(Step.run_id.in_(idle), Step.state == StepState.PENDING)
                    .subquery())
         ids = list(s.scalars(select(pending.c.id).where(pending.c.rank == 1)))
         query = select(Step).where(Step.id.in_(ids)).options(selectinload(Step.attempts))
         steps = s.scalars(query).all() if ids else []
-        return cls(busy, {st.run_id: st for st in steps})
+        return cls(busy, {st.run_id: st for st in steps}, {r: frozenset(p) for r, p in left.items()})
 
 
 @dataclass
@@ -84,6 +91,27 @@ def incompatible(run: Run, hosts: dict[str, Host]) -> str | None:
     why = [f"host {h} is incompatible: {host.incompatible}" for h in hosts_of(run)
            if (host := hosts.get(h)) is not None and host.incompatible]
     return "; ".join(why) or None
+
+
+def kinds_lacking(run: Run, hosts: dict[str, Host], pending: Iterable[tuple[str, str]],
+                  needs: Mapping[str, tuple[str, int]]) -> str | None:
+    """Why a host the run's pending steps (``(step host, step kind)``; "" is the run's host) go to cannot run one of
+    them: its agent announced no such kind, or an older version of it than ``needs`` (step kind -> (the agent's
+    kind, least version)) asks for. None when every one can run (or a host announced nothing)."""
+    why: list[str] = []
+    for step_host, kind in sorted(set(pending)):
+        name = step_host or run.host
+        host, need = hosts.get(name), needs.get(kind)
+        if host is None or need is None or not (have := host.step_kinds):
+            continue
+        action, version = need
+        if action not in have:
+            runs = ", ".join(f"{a} {v}" for a, v in sorted(have.items()))
+            why.append(f"host {name}'s agent runs no {action} steps (it announced: {runs})")
+        elif have[action] < version:
+            why.append(f"host {name}'s agent runs {action} steps at version {have[action]}; this controller's "
+                       f"{kind} steps need version {version} or later: upgrade the agent")
+    return "; ".join(dict.fromkeys(why)) or None
 
 
 def run_unavailable(run: Run, hosts: dict[str, Host]) -> str | None:
@@ -126,8 +154,10 @@ def remaining_seconds(run: Run, now: float, *, upper: bool) -> float:
 
 
 def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callable[[Host | None], bool],
-           summary: StepSummary | None = None) -> Decision:
-    """``summary``: the runs' steps in brief (:meth:`StepSummary.of`); without it, each run's steps are read."""
+           summary: StepSummary | None = None, needs: Mapping[str, tuple[str, int]] | None = None) -> Decision:
+    """``summary``: the runs' steps in brief (:meth:`StepSummary.of`); without it, each run's steps are read.
+    ``needs``: each step kind's agent kind and least version (``orchestrator.kinds.agent_kinds``); None judges no
+    host by its announced kinds."""
     d = Decision()
 
     def busy(run: Run) -> bool:
@@ -135,6 +165,13 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
 
     def upcoming(run: Run) -> Step | None:
         return summary.next.get(run.id) if summary else next_pending(run)
+
+    def lacking(run: Run) -> str | None:
+        if not needs:
+            return None
+        pending = (summary.pending.get(run.id, frozenset()) if summary else
+                   {(st.host, st.kind) for st in run.steps if st.state == StepState.PENDING})
+        return kinds_lacking(run, hosts, pending, needs)
 
     held: dict[Key, Run] = {}
     started = [r for r in runs if r.state in (RunState.RUNNING, RunState.PAUSED)]
@@ -146,7 +183,7 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
         if run.state == RunState.PAUSED:
             d.waits[run.id] = "paused (holds its devices)"
         elif not busy(run):
-            if (down := incompatible(run, hosts) or hosts_down(run, hosts, host_up)) is not None:
+            if (down := incompatible(run, hosts) or hosts_down(run, hosts, host_up) or lacking(run)) is not None:
                 d.waits[run.id] = down
             else:
                 nxt = upcoming(run)
@@ -159,7 +196,7 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
             d.waits[run.id] = "not before " + time.strftime("%Y-%m-%d %H:%M", time.localtime(run.not_before))
             continue
         blockers = sorted({held[k].id for k in keys if k in held})
-        if (down := incompatible(run, hosts) or hosts_down(run, hosts, host_up)) is not None:
+        if (down := incompatible(run, hosts) or hosts_down(run, hosts, host_up) or lacking(run)) is not None:
             d.waits[run.id] = down
             continue
         quarantined = run_unavailable(run, hosts)

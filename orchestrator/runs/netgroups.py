@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from labcontract.errors import Problem
 from labcontract.suite import Suite
-from orchestrator.planner import NetHosts
+from orchestrator.runs.planner import NetHosts
 from orchestrator.store.models import Host, Run
 
 SKEW_LIMIT_MS = 100.0

@@ -40,22 +40,23 @@ from labcontract.protocol import (
 )
 from labcontract.suite import Suite, load_suite
 from labcontract.transport import SOCKET_TIMEOUT
-from orchestrator.netgroups import net_problems
-from orchestrator.submission import new_run_id, submission_problems
+from orchestrator.runs.submission import CLI_KEYS, Keys, judge, new_run_id
 
 
-def check_submission(ref: str, host: str, devices: Sequence[str],
-                     sessions: sessionmaker[Session] | None, initiators: Sequence[str] = ()) -> Suite:
+def check_submission(ref: str, host: str, devices: Sequence[str], sessions: sessionmaker[Session] | None,
+                     initiators: Sequence[str] = (), **options: Any) -> Suite:
     """Every problem with a submission at once: the suite's and the target's (a network suite: its
-    target, initiators and paths)."""
-    return checked_submission(lambda: load_suite(ref), ref, host, devices, sessions, initiators)
+    target, initiators and paths); ``options`` are :func:`~orchestrator.runs.submission.judge`'s."""
+    return checked_submission(lambda: load_suite(ref), ref, host, devices, sessions, initiators, **options)
 
 
 def checked_submission(load: Callable[[], Suite], source: str, host: str, devices: Sequence[str],
                        sessions: sessionmaker[Session] | None, initiators: Sequence[str] = (), *,
-                       keys: tuple[str, str] = ("--device", "--initiator")) -> Suite:
-    """:func:`check_submission` for a suite ``load`` returns (a file, a built-in, text from a form); ``keys``
-    name the device and initiator inputs in the problems (options for the CLI, fields for the web)."""
+                       keys: Keys = CLI_KEYS, runtime: int | None = None, scale: float | None = None,
+                       repeat: int | None = None, max_rounds: int | None = None) -> Suite:
+    """:func:`check_submission` for a suite ``load`` returns (a file, a built-in, text from a form), judged by
+    :func:`~orchestrator.runs.submission.judge` as the controller will judge it; ``keys`` name the inputs in the
+    problems (options for the CLI, fields for the web)."""
     problems: list[Problem] = []
     suite = None
     try:
@@ -64,17 +65,13 @@ def checked_submission(load: Callable[[], Suite], source: str, host: str, device
     except SuiteError as e:
         problems += e.problems
         source = e.source
-    if suite is not None and suite.network is not None:
-        if devices:
-            problems.append(Problem(keys[0], "a network suite measures paths, not DUTs: name no device"))
-        if sessions is not None:
-            with sessions() as s:
-                problems += net_problems(s, suite, host or None, initiators)
-    elif initiators:
-        problems.append(Problem(keys[1], "only a network suite (key network) takes initiators"))
-    elif sessions is not None:
+    options: dict[str, Any] = {"runtime": runtime, "scale": scale, "repeat": repeat, "max_rounds": max_rounds,
+                               "keys": keys}
+    if sessions is None:
+        problems += judge(None, suite, host, devices, initiators, **options)
+    else:
         with sessions() as s:
-            problems += submission_problems(s, host, devices, suite)
+            problems += judge(s, suite, host, devices, initiators, **options)
     if problems or suite is None:
         raise SubmissionError(source, problems)
     return suite

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from labcontract.inventory import Inventory
-from orchestrator.opmode import applied_ops
+from orchestrator.runs.opmode import applied_ops
 
 log = logging.getLogger(__name__)
 LOCAL_KINDS = frozenset({"provision", "dut_state", "facts"})
@@ -181,7 +181,7 @@ def _dut_results(runner: Any) -> tuple[list[dict[str, Any]], list[str]]:
 def mixed_op_methods(results: list[dict[str, Any]]) -> list[str]:
     """Why an ``hp:`` OP mode set on the device (namespace resize, HPA, SCSI resize) for some devices of a
     group and by the footprint method for others cannot be measured: the group's devices share one fio job,
-    so the footprint limit either applies to all of them or to none (orchestrator/opmode.py)."""
+    so the footprint limit either applies to all of them or to none (orchestrator/runs/opmode.py)."""
     ops = [a for a in applied_ops(results) if a.op_mode != "stock"]
     resized = [a for a in ops if a.on_device]
     if not resized or len(resized) == len(ops):

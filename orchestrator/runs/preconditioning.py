@@ -20,7 +20,7 @@ from labcontract.fiojob import render_job
 from labcontract.fioresult import StepMetrics
 from labcontract.steady import SteadyCriteria, detect
 from labcontract.suite import Precondition, Suite, Workload, parse_suite, with_overrides
-from orchestrator.planner import round_workload
+from orchestrator.runs.planner import round_workload
 from orchestrator.states import StepState
 from orchestrator.store.models import PreconditionRecord, Run, Step
 

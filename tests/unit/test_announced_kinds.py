@@ -1,0 +1,89 @@
+"""Agents announce their step kinds and versions (issue 25): in their host facts (optional: an older agent sends
+none and is not judged; an older controller ignores them, so the protocol version is unchanged). The scheduler holds
+a run whose host's agent lacks a kind the run still needs, or runs it at an older version than this controller's
+kind needs, and says why in the queue (labctl queue and the web's queue view call the same decision); a mixed lab
+runs what each host can."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from agents import kinds as agent_kinds
+from labcontract.facts import DeclaredDut, HostFacts, StepKindFact
+from labcontract.protocol import Register, Submit
+from orchestrator import kinds
+from orchestrator.kinds import fio as fio_kind
+from orchestrator.runs.scheduling import decide
+from orchestrator.store.models import Host, Run
+
+SUITE = """\
+suite: purged
+phases: {purge: true}
+profiles:
+  - {name: a, rw: randread, bs: 4k, iodepth: 4, runtime: 1}
+"""
+
+
+def register(ctl: Any, host: str, announced: tuple[tuple[str, int], ...]) -> None:
+    facts = HostFacts(hostname=host, step_kinds=tuple(StepKindFact(action=a, version=v) for a, v in announced))
+    ctl.handle_event(Register(host=host, agent_version="0.1.0", facts=facts,
+                              duts=(DeclaredDut(name="dut0", path=f"/dev/loop{len(host)}", kind="block",
+                                                size_bytes=1 << 30),)))
+
+
+def submit(ctl: Any, host: str, run_id: str) -> None:
+    reply = ctl.submit(Submit(run_id=run_id, suite_source="s.yaml", suite_text=SUITE, host=host, devices=("dut0",),
+                              reply_to="-"))
+    assert reply.ok, reply.errors
+
+
+def waits(db: Any, clock: Any) -> dict[str, str]:
+    with db() as s:
+        runs = list(s.scalars(select(Run)))
+        hosts = {h.name: h for h in s.scalars(select(Host))}
+        return decide(runs, hosts, clock.t, lambda h: True, needs=kinds.agent_kinds()).waits
+
+
+def test_the_agent_announces_what_its_platform_runs() -> None:
+    linux = {k.action: k.version for k in agent_kinds.announced("linux")}
+    assert linux == {"app": 1, "fio": 1, "net": 1, "purge": 1}
+    assert {k.action for k in agent_kinds.announced("windows")} == {"fio"}     # purge, net, app use Linux tools
+    assert set(kinds.agent_kinds().values()) <= {(k, v) for k, v in linux.items()}
+
+
+def test_a_host_lacking_a_kind_holds_the_run_and_says_why_and_the_others_run(env: Any) -> None:
+    ctl, disp, clock, db = env
+    register(ctl, "old", (("fio", 1),))                           # an agent without the purge kind
+    register(ctl, "full", (("fio", 1), ("purge", 1)))
+    submit(ctl, "old", "r-old")
+    submit(ctl, "full", "r-full")
+    submit(ctl, "h1", "r-h1")                                     # h1 announced nothing: not judged
+    ctl.schedule()
+    assert {m.host for m in disp.starts()} == {"full", "h1"}
+    why = waits(db, clock)
+    assert why["r-old"] == "host old's agent runs no purge steps (it announced: fio 1)"
+    assert "r-full" not in why
+    register(ctl, "old", (("fio", 1), ("purge", 1)))              # upgraded: the run goes
+    ctl.schedule()
+    assert "old" in {m.host for m in disp.starts()}
+    with db() as s:
+        assert s.get(Host, "old").step_kinds == {"fio": 1, "purge": 1}
+        assert s.get(Host, "h1").step_kinds is None
+
+
+def test_an_older_version_of_a_kind_holds_the_run_before_it_starts(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Judged on every step the run still has, so a run never starts and then stalls half-way on a host."""
+    ctl, disp, clock, db = env
+    monkeypatch.setattr(fio_kind.KIND, "agent_kind", ("fio", 2))  # this controller's fio steps need version 2
+    register(ctl, "v1", (("fio", 1), ("purge", 1)))
+    submit(ctl, "v1", "r1")
+    ctl.schedule()
+    assert disp.starts() == []                                    # not even its purge
+    assert waits(db, clock) == {"r1": "host v1's agent runs fio steps at version 1; this controller's measure "
+                                      "steps need version 2 or later: upgrade the agent"}
+    register(ctl, "v1", (("fio", 2), ("purge", 1)))
+    ctl.schedule()
+    assert [m.action for m in disp.starts()] == ["purge"]
