@@ -745,7 +745,8 @@ def with_overrides(suite: Suite, *, runtime: int | None = None, scale: float | N
 
 def capacity_problems(suite: Suite, size_bytes: int, device: str) -> list[Problem]:
     """What of ``suite`` does not fit on a device of ``size_bytes`` (the smallest a submission names): a block
-    size or an absolute footprint larger than the device. One problem per profile and option."""
+    size or an absolute footprint larger than the device, a block size larger than the footprint on it. One problem
+    per profile and option."""
     problems: dict[tuple[str, str], Problem] = {}
     if size_bytes <= 0:
         return []
@@ -765,6 +766,13 @@ def capacity_problems(suite: Suite, size_bytes: int, device: str) -> list[Proble
             problems[(c.profile, "footprint")] = Problem(
                 f"{where}.footprint", f"footprint {format_size(int(w.footprint))} is larger than {device} "
                                       f"({size_bytes} bytes)")
+        # fio refuses a job whose size is below its block size ("size smaller than bs"): known before the run
+        area = (int(w.footprint) if w.footprint and not w.footprint.endswith("%")
+                else size_bytes * float(w.footprint[:-1]) / 100 if w.footprint else None)
+        if area is not None and w.bs > area and not any(k[0] == c.profile for k in problems):
+            problems[(c.profile, "bs")] = Problem(
+                f"{where}.bs", f"block size {format_size(w.bs)} is larger than the footprint "
+                               f"{format_size(int(area))} ({w.footprint} of {device}): fio would refuse the job")
     return list(problems.values())
 
 

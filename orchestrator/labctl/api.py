@@ -224,6 +224,11 @@ class ApiClient:
         return self._text(f"/api/runs/{_seg(run_id)}/show", [("rounds", "true" if rounds else "false"),
                                                              ("width", str(width)), ("color", color or "none")])
 
+    def watch_frame(self, run_id: str, *, width: int = 200, color: str | None = None) -> dict[str, Any]:
+        """One frame of ``labctl watch`` drawn by the service: ``{"state", "table", "line"}``."""
+        return self._object("GET", f"/api/runs/{_seg(run_id)}/watch", [("width", str(width)),
+                                                                       ("color", color or "none")])
+
     def regressions(self, *, since: str | None = None, host: str | None = None,
                     all_: bool = False) -> dict[str, Any]:
         query = [(k, v) for k, v in (("since", since), ("host", host)) if v is not None]

@@ -284,6 +284,25 @@ def cancel(run: str, reason: Annotated[str, typer.Option()] = "cancelled by user
 def watch(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'last'.")],
           timeout: Annotated[float | None, typer.Option(help="Stop watching after this many seconds.")] = None) -> None:
     """Follow a run: each step's progress bar, elapsed and remaining time, live IOPS and latency."""
+    if (api_ := api_client()) is not None:      # each frame drawn by the service for this terminal: the same view
+        from rich.text import Text
+
+        from orchestrator.labctl.watch import follow
+        from orchestrator.textout import terminal_of
+        from orchestrator.watchframe import Frame
+
+        rid = api_.resolve(run)
+        width, color = terminal_of(out)
+
+        def frame() -> Frame:
+            got = api_.watch_frame(rid, width=width, color=color)
+            return Frame(str(got.get("state", "")), Text.from_ansi(str(got.get("table", "")).rstrip("\n")),
+                         str(got.get("line", "")))
+
+        def final() -> None:
+            out.file.flush()
+            sys.stdout.write(api_.show(rid, width=width, color=color))
+        raise typer.Exit(follow(frame, final, rid, out, timeout_s=timeout))
     from labcontract.transport import redis_client
     from orchestrator.labctl.watch import watch_run
     from orchestrator.queries import resolve_run_id

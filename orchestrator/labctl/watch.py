@@ -1,135 +1,65 @@
-"""``labctl watch``: a run's steps with progress bars and live IOPS / latency, in the terminal.
+"""``labctl watch``: a run's steps with progress bars and live IOPS / latency, in the terminal, until it ends.
 
-State comes from the store (read-only); live figures from the agent's ``lab:live:<host>`` key in
-Redis (written each second while a step runs). Without a terminal, one line per change.
+The frames (:mod:`orchestrator.watchframe`) come from the store (read-only) and the agent's ``lab:live:<host>`` key
+in Redis (written each second while a step runs), or, through the web service (``labctl --api watch``), drawn by
+the service (``GET /api/runs/{id}/watch``) for this terminal. Without a terminal, one line per change.
 """
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 from sqlalchemy.orm import Session, sessionmaker
 
-from labcontract.live import LiveStatus
-from labcontract.telemetry import LIVE_KEY_PREFIX
-from orchestrator.queries import RunDetail, run_detail
+from orchestrator.queries import run_detail
 from orchestrator.report import print_run
 from orchestrator.states import TERMINAL_RUN
-
-BAR = 24
-
-
-def bar(fraction: float) -> str:
-    fraction = min(max(fraction, 0.0), 1.0)
-    filled = round(fraction * BAR)
-    return "█" * filled + "░" * (BAR - filled) + f" {fraction * 100:3.0f}%"
+from orchestrator.watchframe import Frame, store_frame
 
 
-def read_live(client: Any, host: str) -> dict[str, LiveStatus]:
-    """Live status of the host's running attempts, by attempt id (empty when unavailable)."""
-    if client is None:
-        return {}
-    try:
-        raw = client.get(LIVE_KEY_PREFIX + host)
-    except Exception:  # the live view is best effort: a broker hiccup must not end the watch
-        return {}
-    if not raw:
-        return {}
-    try:
-        return {s.attempt_id: s for s in (LiveStatus.model_validate(x) for x in json.loads(raw))}
-    except ValueError:
-        return {}
-
-
-def _expected(step: Any) -> float:
-    w = step.workload or {}
-    return float(w.get("runtime", 0) + w.get("ramp_time", 0))
-
-
-def _lat(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1000:,.0f} us"
-
-
-def render(d: RunDetail, live: dict[str, LiveStatus], now: float) -> Table:
-    run = d.run
-    done = sum(1 for st in d.steps if st.state in ("SUCCEEDED", "FAILED", "CANCELLED"))
-    table = Table(title=f"run {run.id}  {run.suite_name}  {run.host}:{','.join(run.devices or [run.device])}  "
-                        f"{run.state}  {done}/{len(d.steps)} steps", title_justify="left")
-    for col in ("step", "state", "progress", "elapsed", "left", "IOPS", "avg lat", "max lat"):
-        table.add_column(col, justify="right" if col in ("elapsed", "left", "IOPS", "avg lat", "max lat") else "left")
-    for st in d.steps:
-        att = st.attempts[-1] if st.attempts else None
-        status = live.get(att.id) if att else None
-        res = d.results.get(st.id)
-        expected = status.expected_s if status else _expected(st)
-        if status is not None:
-            elapsed = status.elapsed_s
-            devs = status.devices
-            iops = sum((x.read.iops or 0) + (x.write.iops or 0) for x in devs)
-            lats = [v for x in devs for v in (x.read.lat_mean_ns, x.write.lat_mean_ns) if v is not None]
-            maxes = [v for x in devs for v in (x.read.lat_max_ns, x.write.lat_max_ns) if v is not None]
-            figures = [f"{iops:,.0f}", _lat(sum(lats) / len(lats) if lats else None), _lat(max(maxes, default=None))]
-        elif att is not None and att.fio_started_at and st.state in ("RUNNING", "DISPATCHED", "LOST"):
-            elapsed = now - att.fio_started_at
-            figures = ["…", "", ""]
-        elif res is not None:
-            elapsed = res.runtime_ms / 1000
-            figures = [f"{res.iops:,.0f}", _lat(res.lat_mean_ns), _lat(res.lat_max_ns)]
-        else:
-            elapsed = 0.0
-            figures = ["", "", ""]
-        if st.state in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            progress = bar(1.0) if st.state == "SUCCEEDED" else st.state.lower()
-        elif st.state == "PENDING":
-            progress = ""
-        else:
-            progress = bar(elapsed / expected) if expected else "running"
-        left = f"{max(expected - elapsed, 0):.0f}s" if st.state in ("RUNNING", "DISPATCHED") and expected else ""
-        table.add_row(st.name, st.state, progress, f"{elapsed:.0f}s" if elapsed else "", left, *figures)
-    return table
+def follow(frames: Callable[[], Frame], final: Callable[[], None], run_id: str, console: Console, *,
+           timeout_s: float | None = None, interval: float = 1.0) -> int:
+    """Show ``frames()`` until the run ends (a live table on a terminal, one line per change into a pipe), then
+    ``final()`` (its results). Exit code 0 if it succeeded, 1 if it did not, 2 if still going at ``timeout_s``.
+    The frames come from the store (:func:`store_frame`) or from the web service (``labctl --api watch``): what is
+    shown is the same."""
+    start = time.monotonic()
+    f = frames()
+    if console.is_terminal:
+        with Live(f.table, console=console, refresh_per_second=4, transient=False) as view:
+            while f.state not in TERMINAL_RUN:
+                if timeout_s is not None and time.monotonic() - start > timeout_s:
+                    break
+                time.sleep(interval)
+                f = frames()
+                view.update(Group(f.table, Text("")))
+    else:
+        last = ""
+        while True:
+            if f.line != last:
+                console.print(f.line, highlight=False)
+                last = f.line
+            if f.state in TERMINAL_RUN or (timeout_s is not None and time.monotonic() - start > timeout_s):
+                break
+            time.sleep(min(interval, 0.5))
+            f = frames()
+    if f.state not in TERMINAL_RUN:
+        console.print(f"run {run_id} still {f.state} after {timeout_s:.0f}s")
+        return 2
+    final()
+    return 0 if f.state == "SUCCEEDED" else 1
 
 
 def watch_run(sessions: sessionmaker[Session], client: Any, run_id: str, console: Console, *,
               timeout_s: float | None = None, interval: float = 1.0) -> int:
-    """Follow the run until it ends, then print its results. Exit code 0 if it succeeded."""
-    start = time.monotonic()
-
-    def snapshot() -> tuple[RunDetail, dict[str, LiveStatus]]:
+    """Follow the run from the store until it ends, then print its results. Exit code 0 if it succeeded."""
+    def final() -> None:
         with sessions() as s:
-            d = run_detail(s, run_id)
-        return d, read_live(client, d.run.host)
-
-    d, live = snapshot()
-    if console.is_terminal:
-        with Live(render(d, live, time.time()), console=console, refresh_per_second=4, transient=False) as view:
-            while d.run.state not in TERMINAL_RUN:
-                if timeout_s is not None and time.monotonic() - start > timeout_s:
-                    break
-                time.sleep(interval)
-                d, live = snapshot()
-                view.update(Group(render(d, live, time.time()), Text("")))
-    else:
-        last = ""
-        while True:
-            running = next((st for st in d.steps if st.state in ("DISPATCHED", "RUNNING", "LOST")), None)
-            line = f"run {d.run.id}: {d.run.state} " \
-                   f"{sum(1 for st in d.steps if st.state in ('SUCCEEDED', 'FAILED', 'CANCELLED'))}/{len(d.steps)} " \
-                   f"steps {running.name if running else ''}"
-            if line != last:
-                console.print(line, highlight=False)
-                last = line
-            if d.run.state in TERMINAL_RUN or (timeout_s is not None and time.monotonic() - start > timeout_s):
-                break
-            time.sleep(min(interval, 0.5))
-            d, live = snapshot()
-    if d.run.state not in TERMINAL_RUN:
-        console.print(f"run {run_id} still {d.run.state} after {timeout_s:.0f}s")
-        return 2
-    print_run(console, d)
-    return 0 if d.run.state == "SUCCEEDED" else 1
+            print_run(console, run_detail(s, run_id))
+    return follow(lambda: store_frame(sessions, client, run_id), final, run_id, console, timeout_s=timeout_s,
+                  interval=interval)

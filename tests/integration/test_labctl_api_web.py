@@ -225,3 +225,40 @@ def on_a_tty(argv: list[str], env: dict[str, str], cols: int = 120) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(master)
+
+
+def test_watch_is_the_same_with_and_without_api(web: WebHandle, tmp_path: Path) -> None:  # noqa: F811
+    """``labctl --api watch`` follows a run through the service (each frame drawn by it, GET /api/runs/{id}/watch)
+    and ends with what ``run show`` prints, as labctl watch does against the store (issue 27: --api watch read the
+    local store)."""
+    import re
+
+    through_api = api_labctl(web, tmp_path)
+    rid = api(web, "engineer").submit(web.lab.host, ["dut0"], suite_yaml=ONE_STEP, source="one.yaml")
+    following = subprocess.Popen([sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir",
+                                  str(tmp_path / "none"), "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}",
+                                  "--api", web.url, "--token-file", str(tmp_path / "viewer.token"), "watch", rid,
+                                  "--timeout", "170"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=env_without_lab())
+    live_out, live_err = following.communicate(timeout=200)
+    assert following.returncode == 0, live_err
+    lines = live_out.splitlines()
+    assert lines[0].startswith(f"run {rid}: ") and f"run {rid}: SUCCEEDED 1/1 steps" in [x.strip() for x in lines]
+    local, remote = web.lab.labctl("watch", rid), through_api("watch", rid)       # an ended run: its end and results
+    assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+    assert remote.stdout == local.stdout and "IOPS" in local.stdout
+    assert live_out.endswith(local.stdout.split("\n", 1)[1])                    # the same results after the frames
+    missing = through_api("watch", "r20260101-abcdef")
+    assert missing.returncode != 0 and "r20260101-abcdef" in missing.stderr
+    # on a terminal: the table of every step, drawn by the service at this terminal's width
+    tty_env = env_without_lab() | {"TERM": "xterm-256color", "COLUMNS": "120"}
+    here = on_a_tty([sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(web.lab.lab.root), "--broker",
+                     web.lab.lab.labctl_url or "", "--store", web.lab.store_url, "watch", rid], tty_env)
+    there = on_a_tty([sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(tmp_path / "none"),
+                      "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}", "--api", web.url, "--token-file",
+                      str(tmp_path / "viewer.token"), "watch", rid], tty_env)
+
+    def words(raw: bytes) -> list[str]:
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw.decode())
+        return re.findall(r"[^\s─━═┃│┏┓┗┛┡┩└┘├┤┬┴┼╇╈╋]+", text)
+    assert words(there) == words(here) and "100%" in words(here)

@@ -198,6 +198,20 @@ def test_capacity_problems_name_the_profile_and_the_device() -> None:
     assert capacity_problems(s, 2 << 30, "d") == []
 
 
+def test_a_block_size_larger_than_the_footprint_is_refused_at_submit() -> None:
+    """fio refuses such a job at its start ("size smaller than bs"): issue 27 asks for the refusal at submit."""
+    s = parse_suite("suite: s\nprofiles:\n  - {name: abs, rw: read, bs: 1m, footprint: 512k}\n"
+                    "  - {name: pct, rw: read, bs: 1m, footprint: 1%}\n"
+                    "  - {name: ok, rw: read, bs: 4k, footprint: 1%}\n", "s.yaml")
+    got = [str(p) for p in capacity_problems(s, 64 << 20, "device dut0 (/dev/loop3)")]
+    assert got == [
+        "profile abs.bs: block size 1m is larger than the footprint 512k (524288 of device dut0 (/dev/loop3)): fio "
+        "would refuse the job",
+        "profile pct.bs: block size 1m is larger than the footprint 671088 (1% of device dut0 (/dev/loop3)): fio "
+        "would refuse the job"]
+    assert [p.location for p in capacity_problems(s, 1 << 30, "d")] == ["profile abs.bs"]   # 1% of 1 GiB holds 1m
+
+
 def test_override_problems() -> None:
     s = parse_suite(ONE.replace("bs: 4k", "bs: 4k, runtime: 6d"), "s.yaml")
     assert [str(p) for p in override_problems(s, None, 2.0)] == [

@@ -24,6 +24,15 @@ class Closed(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class WatchFrameOut(BaseModel):
+    """One frame of ``labctl watch``: the run's state, its steps' table drawn for the caller's terminal, and the
+    line a pipe gets."""
+
+    state: str
+    table: str
+    line: str
+
+
 class WhoAmI(BaseModel):
     name: str
     role: str

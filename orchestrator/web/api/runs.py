@@ -10,7 +10,7 @@ from fastapi.responses import Response
 
 from orchestrator.web import queries
 from orchestrator.web.api.common import route, store
-from orchestrator.web.api.models import Epoch, RunOut, RunPage, SeriesOut, Value
+from orchestrator.web.api.models import Epoch, RunOut, RunPage, SeriesOut, Value, WatchFrameOut
 
 router = APIRouter(prefix="/api", tags=["runs"])
 
@@ -110,3 +110,20 @@ def show(request: Request, run_id: RunId, rounds: bool = False, width: Annotated
                                                artifact_root=request.app.state.web.cfg.artifact_dir),
                      width, None if color == "none" else color)
     return Response(text, media_type="text/plain; charset=utf-8")
+
+
+@route(router, "GET", "/runs/{run_id}/watch", "viewer", response_model=WatchFrameOut)
+def watch(request: Request, run_id: RunId, width: Annotated[int, Query(ge=40, le=1000)] = 200,
+          color: Literal["none", "standard", "256", "truecolor"] = "none") -> WatchFrameOut:
+    """One frame of what ``labctl watch`` shows (each step's progress, live IOPS and latency from its agent), its
+    table drawn ``width`` columns wide in ``color``: ``labctl --api watch`` asks for one each second."""
+    from orchestrator.textout import drawn
+    from orchestrator.watchframe import store_frame
+
+    queries.check_run_id(run_id)
+    web = request.app.state.web
+    with store(request) as s:
+        queries.get_run(s, run_id)                     # 404 for a run that does not exist
+    frame = store_frame(web.sessions, web.redis(), run_id)
+    table = drawn(lambda console: console.print(frame.table), width, None if color == "none" else color)
+    return WatchFrameOut(state=frame.state, table=table, line=frame.line)
