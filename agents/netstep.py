@@ -38,15 +38,11 @@ from agents.netmeasure import (
     iscsi_perf_paths,
     run_fio_paths,
 )
-from labcontract.errors import FioError
+from labcontract.errors import FioError, NetStepError
 from labcontract.suite import Workload
 
 SYS_CLASS_NET = Path("/sys/class/net")
 COUNT_INTERVAL_S = 0.1
-
-
-class NetStepError(Exception):
-    """The step cannot measure (wrong MTU, unknown target, a tool failed); the message says which path."""
 
 
 def read_mtu(iface: str, sys_class_net: Path = SYS_CLASS_NET) -> int:

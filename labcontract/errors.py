@@ -11,6 +11,7 @@
      ├── FioError                 fio could not be run, or its output could not be read
      ├── StepOutputError          a step exited 0 but its output cannot be stored (the attempt ends as an error)
      ├── AppStepError             an application step (database, sysbench, pgbench, external) cannot go on
+     ├── NetStepError             a network step cannot measure (wrong MTU, unknown target, a tool failed)
      ├── StoreError               the results store
      │    ├── InvalidTransition   a state-machine transition that is not allowed
      │    └── NotFound            an id (run, artifact, host, token) the store does not hold
@@ -24,7 +25,9 @@
      └── ServiceError             a service (redis, controller) did not answer
 
 Catch :class:`LabError` at the edges (CLI, daemons); everything in between raises the
-most specific class and lets it travel.
+most specific class and lets it travel. One refusal stays outside on purpose: ``labcontract.interlock.InterlockRefused``
+(the interlock is standard library only, as Ansible's module_utils on a lab host loads the same file); the daemons
+read its reasons (``refusal_reasons``) and refuse with :class:`DeviceRefused`.
 """
 
 from __future__ import annotations
@@ -107,6 +110,10 @@ class StepOutputError(LabError):
 class AppStepError(LabError):
     """An application step cannot go on (a server that does not start, a tool that fails, a DUT not prepared):
     the message is the one-line reason the step ends with."""
+
+
+class NetStepError(LabError):
+    """A network step cannot measure (wrong MTU, unknown target, a tool failed); the message says which path."""
 
 
 class StoreError(LabError):

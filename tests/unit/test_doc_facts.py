@@ -64,3 +64,28 @@ def test_the_registration_functions_architecture_md_names_exist() -> None:
         assert hasattr(mod, attr), f"docs/architecture.md names {dotted}, which does not exist"
         checked += 1
     assert checked >= 2
+
+
+def test_the_errors_module_draws_every_error_under_its_parent() -> None:
+    """labcontract/errors.py draws the hierarchy at its top: every LabError subclass it defines is drawn, under the
+    class it derives from, and nothing drawn is missing from the code."""
+    import inspect
+
+    from labcontract import errors
+
+    drawn: dict[str, str] = {}
+    parents: list[tuple[int, str]] = []
+    for line in (errors.__doc__ or "").splitlines():
+        m = re.match(r"^[\s│]*(?:[├└]── )?([A-Z][A-Za-z]+)\s{2,}", line)
+        if not m or not ("── " in line or m.group(1) == "LabError"):
+            continue
+        name = m.group(1)
+        depth = line.index(name)
+        while parents and parents[-1][0] >= depth:
+            parents.pop()
+        drawn[name] = parents[-1][1] if parents else ""
+        parents.append((depth, name))
+    defined = {name: cls.__bases__[0].__name__ for name, cls in inspect.getmembers(errors, inspect.isclass)
+               if issubclass(cls, errors.LabError) and cls.__module__ == errors.__name__}
+    defined["LabError"] = ""
+    assert drawn == defined, "labcontract/errors.py: the drawn hierarchy differs from the classes"
