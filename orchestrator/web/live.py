@@ -273,8 +273,8 @@ class RunPoller:
             if sid is None:
                 continue
             status = live.get(att_id) if att_id else None
-            if state in TERMINAL_STEP:
-                progress = 1.0
+            if state in TERMINAL_STEP:      # a step that ended without ever starting shows no progress (issue 27)
+                progress = 1.0 if state == "SUCCEEDED" or fio_started else 0.0
             elif status is not None and status.expected_s > 0:
                 progress = _clamp(status.elapsed_s / status.expected_s)
             elif fio_started and _expected_s(workload) > 0:

@@ -316,6 +316,21 @@ def test_submit_form_lists_every_problem_then_runs_live(browser: Browser, web: W
     bad = [p for f in figs for p in f.problems()]
     assert not bad, bad
     b.check("run page")
+    # the raw output of each attempt (issue 27: only the API listed artifacts): linked, with its sha256, and what a
+    # link downloads is that file (the service checks it against its sha256 and says so in a header)
+    b.goto(f"/runs/{run_id}")
+    names = b.page.locator("#artifacts tbody tr td:nth-child(3) a").all_inner_texts()
+    assert {"fio.json", "job.fio"} <= set(names), names
+    got = b.page.evaluate("""async () => {
+        const row = [...document.querySelectorAll('#artifacts tbody tr')]
+            .find(tr => tr.querySelector('a').textContent === 'fio.json');
+        const r = await fetch(row.querySelector('a').href);
+        const body = await r.text();
+        return {status: r.status, sha: r.headers.get('X-Content-SHA256'), shown: row.querySelector('code').title,
+                json: body.trim().startsWith('{')};
+    }""")
+    assert got["status"] == 200 and got["json"] and got["sha"] == got["shown"], got
+    b.check("run page with its raw output")
 
 
 def test_compare_two_runs_overlaid(browser: Browser, web: WebHandle, state: State) -> None:  # noqa: F811

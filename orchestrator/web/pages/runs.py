@@ -77,6 +77,7 @@ def run_page(request: Request, run_id: RunId,
     need(request, "viewer")
     with request.app.state.web.sessions() as s:
         run = queries.run_dict(s, run_id)
+        artifacts = queries.run_artifacts(s, run_id)          # each step's raw output: job file, fio.json, stderr
         ended = run["state"] not in ACTIVE
         busy = ""
         try:    # its cells against their history (issue 16), read in one of the service's bounded history slots
@@ -86,7 +87,7 @@ def run_page(request: Request, run_id: RunId,
     marks = hist.step_marks((st["id"], st["kind"], st["cell"]) for st in run["steps"]) if hist else {}
     rerunnable = ended and any(st["state"] in ("FAILED", "CANCELLED", "LOST") for st in run["steps"])
     return render(request, "run.html", run=run, ended=ended, active=not ended, rerunnable=rerunnable,
-                  history=hist.summary() if hist else busy, regressed=marks,
+                  history=hist.summary() if hist else busy, regressed=marks, artifacts=artifacts,
                   done=f"{done} accepted" if done else "")    # fixed texts: a link cannot make the page say anything
 
 
