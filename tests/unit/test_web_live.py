@@ -190,6 +190,7 @@ def test_run_poller_status_samples_and_end(tmp_path: Path) -> None:
         s.add(Step(id="s2", run_id="run1", seq=1, name="m1", job_text="", state="RUNNING",
                    workload={"runtime": 10}))
         s.add(Step(id="s3", run_id="run1", seq=2, name="m2", job_text="", state="PENDING"))
+        s.add(Step(id="s4", run_id="run1", seq=3, name="m3", job_text="", state="CANCELLED"))   # never started
         s.add(Attempt(id="s2-a1", step_id="s2", number=1, host="h1", device="/dev/x", state="RUNNING",
                       timeout_s=60, fio_started_at=now - 2))
         s.commit()
@@ -198,9 +199,10 @@ def test_run_poller_status_samples_and_end(tmp_path: Path) -> None:
     evs = poll()
     assert [e.name for e in evs] == ["status"]
     st = evs[0].data
-    assert st["state"] == "RUNNING" and (st["done"], st["total"]) == (1, 3) and st["full"] is True
+    assert st["state"] == "RUNNING" and (st["done"], st["total"]) == (2, 4) and st["full"] is True
     progress = {x["id"]: x["progress"] for x in st["steps"]}
     assert progress["s1"] == 1.0 and progress["s3"] == 0.0 and 0.1 < progress["s2"] < 0.5
+    assert progress["s4"] == 0.0                  # a cancelled step that never ran shows no progress (issue 27)
     assert r.gets == 1                            # one GET for the one host running a step
 
     r.values["lab:live:h1"] = json.dumps([_live_status(4.0, now, 4_000_000)])
@@ -209,8 +211,8 @@ def test_run_poller_status_samples_and_end(tmp_path: Path) -> None:
     # only the step that moved, and the whole picture for viewers who join later
     assert [x["id"] for x in evs[0].data["steps"]] == ["s2"] and evs[0].data["full"] is False
     assert evs[0].data["steps"][0]["progress"] == 0.4 and evs[0].data["steps"][0]["attempt"] == 1
-    assert evs[0].snapshot is not None and len(evs[0].snapshot.data["steps"]) == 3
-    assert evs[0].snapshot.data["full"] is True and evs[0].data["done"] == 1
+    assert evs[0].snapshot is not None and len(evs[0].snapshot.data["steps"]) == 4
+    assert evs[0].snapshot.data["full"] is True and evs[0].data["done"] == 2
     sample = evs[1].data
     assert sample["iops"] == 1000.0 and sample["lat_mean_us"] == 50.0 and sample["lat_p99_us"] == 90.0
     assert sample["bw_mbs"] is None               # the first second: no rate yet
