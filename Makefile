@@ -10,8 +10,9 @@ LAB_DIR ?= $(CURDIR)/.lab
 # collections_path names this directory, so it is fixed
 COLLECTIONS := $(CURDIR)/collections
 # test modules run on this many workers (pytest-xdist, a module's tests stay together): most tests wait on fio,
-# services and conditions, so two workers on two CPUs take the suite from about 30 to under 20 minutes
-TEST_JOBS ?= 2
+# services and conditions, so three workers on two CPUs keep both busy (docs/performance.md, "The test suite");
+# .ci/run takes two, the VM tier beside them keeping the third CPU's worth busy
+TEST_JOBS ?= 3
 DEMO_PKGS := fio redis-server util-linux python3-venv
 # the VM tier (make vmtest, docs/vmlab.md): QEMU, the image builder, SSH into the guests
 VM_PKGS := qemu-system-x86 qemu-utils mmdebstrap openssh-client iproute2 openssl
