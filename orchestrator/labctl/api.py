@@ -203,6 +203,10 @@ class ApiClient:
         """The run's HTML report (the page ``labctl report --html`` writes)."""
         return self._text(f"/api/runs/{_seg(run_id)}/report")
 
+    def report_of(self, run_ids: Sequence[str]) -> str:
+        """One HTML report of the runs (``labctl report RUN... --html``: several overlaid)."""
+        return self._text("/api/report", [("run", r) for r in run_ids])
+
     def compare(self, run_ids: Sequence[str], fmt: str = "html", units: str = "decimal", *, width: int = 200,
                 color: str | None = None) -> tuple[str, list[str]]:
         """The comparison in ``fmt`` (``table``: drawn ``width`` wide in ``color``) and the runs still going on."""

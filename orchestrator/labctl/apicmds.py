@@ -123,11 +123,11 @@ def print_queue(api: ApiClient, out: Console) -> None:
     out.print(table)
 
 
-def write_report(api: ApiClient, ref: str, html: Path) -> None:
-    """``labctl report RUN --html FILE`` through the API: the service's rendering, written to FILE."""
+def write_report(api: ApiClient, refs: Sequence[str], html: Path) -> None:
+    """``labctl report RUN... --html FILE`` through the API: the service's rendering, written to FILE."""
     from labcontract.errors import LabError
 
-    text = api.report(api.resolve(ref))
+    text = api.report_of([api.resolve(r) for r in refs])
     try:
         html.write_text(text, encoding="utf-8")
     except OSError as e:

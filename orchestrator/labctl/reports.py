@@ -139,9 +139,9 @@ def report(
     from orchestrator.report import write_markdown
 
     if (api_ := api_client()) is not None:
-        if html is None or markdown or latency_cell or len(runs) != 1:
-            raise LabError("through --api: one run, written with --html FILE (no --markdown, --latency-cell)")
-        return write_report(api_, runs[0], html)
+        if html is None or markdown or latency_cell:
+            raise LabError("through --api: the runs' HTML report with --html FILE (no --markdown, --latency-cell)")
+        return write_report(api_, runs, html)
     with _sessions()() as s:
         details = [run_detail(s, ref) for ref in runs]
         for d in details:

@@ -147,6 +147,15 @@ def test_compare_and_export_of_n_runs_are_the_same_with_and_without_api(web: Web
         assert written == sorted(p.name for p in theirs.iterdir()) and written
         for name in written:
             assert (theirs / name).read_bytes() == (mine / name).read_bytes(), name
+    # one HTML report of N runs, overlaid (issue 27: --api report took one run): the same page both ways
+    local = web.lab.labctl("report", *ids, "--html", str(tmp_path / "local.html"))
+    remote = through_api("report", *ids, "--html", str(tmp_path / "api.html"))
+    assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+
+    def page(name: str) -> str:          # (the page says when it was built, to the second)
+        import re
+        return re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \w+", "-", (tmp_path / name).read_text())
+    assert page("api.html") == page("local.html") and all(r in page("api.html") for r in ids)
     args = ("export", *ids, "--format", "csv", "--units", "binary")
     local, remote = web.lab.labctl(*args), through_api(*args)
     assert remote.stdout == local.stdout and "mib_s" in remote.stdout and remote.stdout.count("\n") == 4

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from labcontract.errors import CompareError
+from labcontract.errors import CompareError, ReportError
 from orchestrator.web import queries
 from orchestrator.web.api.common import route, store
 from orchestrator.web.render import cache_path, render
@@ -33,6 +33,19 @@ def report(request: Request, run_id: Annotated[str, Path(max_length=64)]) -> HTM
     """The run's self-contained HTML report (``labctl report --html``); partial while the run goes on."""
     queries.check_run_id(run_id)
     return HTMLResponse(html_of(request, "report", [run_id]))
+
+
+@route(router, "GET", "/report", "viewer", response_class=HTMLResponse,
+       responses={200: {"content": {"text/html": {}}}})
+def report_of_runs(request: Request, run: Annotated[list[Annotated[str, Query(max_length=64)]],
+                                                    Query(min_length=1, max_length=MAX_COMPARE)]) -> HTMLResponse:
+    """One self-contained HTML report of the runs (``labctl report RUN... --html``): one run, its report; several,
+    overlaid on every chart, each with its history."""
+    if len(set(run)) != len(run):
+        raise ReportError("a run is named twice")
+    for rid in run:
+        queries.check_run_id(rid)
+    return HTMLResponse(html_of(request, "report", list(run)))
 
 
 @route(router, "GET", "/compare", "viewer", response_class=Response,
