@@ -28,7 +28,8 @@ EXPECTED_ROLES: dict[tuple[str, str], str] = {
     **{("GET", p): "viewer" for p in (
         "/api/whoami", "/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/results", "/api/runs/{run_id}/devices",
         "/api/runs/{run_id}/paths", "/api/runs/{run_id}/series", "/api/runs/{run_id}/artifacts",
-        "/api/artifacts/{artifact_id}", "/api/runs/{run_id}/report", "/api/report", "/api/compare", "/api/runs/{run_id}/export",
+        "/api/artifacts/{artifact_id}", "/api/runs/{run_id}/report", "/api/report", "/api/compare",
+        "/api/runs/{run_id}/export",
         "/api/runs/{run_id}/live", "/api/hosts", "/api/queue", "/api/schedules", "/api/suites",
         "/api/regressions", "/api/runs/{run_id}/show", "/api/runs/{run_id}/watch", "/api/hosts/show")},
     **{("POST", p): "engineer" for p in (
