@@ -49,7 +49,7 @@ class DispatchMixin(ControllerCore):
         with self.sessions() as s:
             runs = list(s.scalars(select(Run).where(Run.state.in_([RunState.QUEUED, RunState.RUNNING]))))
             hosts = {h.name: h for h in s.scalars(select(Host).options(selectinload(Host.devices)))}
-            summary = StepSummary.of(s, [r.id for r in runs])
+            summary = StepSummary.of(s, [r.id for r in runs], kinds=any(h.step_kinds for h in hosts.values()))
             picked = [(run.id, step.id, step.name) for run, step in
                       decide(runs, hosts, self.clock(), self.host_up, summary,
                              kinds.agent_kinds()).dispatch[:self.tuning.dispatch_batch]]
@@ -84,7 +84,7 @@ class DispatchMixin(ControllerCore):
             # state is (the interlock reads it for every start; deferred, it cost a query per start)
             hosts = {h.name: h for h in s.scalars(select(Host).options(
                 defer(Host.facts), defer(Host.health), selectinload(Host.devices)))}
-            summary = StepSummary.of(s, [r.id for r in runs])
+            summary = StepSummary.of(s, [r.id for r in runs], kinds=any(h.step_kinds for h in hosts.values()))
             for run in runs:
                 self._stop_if_quarantined(run, hosts, summary)
             live = [r for r in runs if r.state not in TERMINAL_RUN]

@@ -302,7 +302,7 @@ def watch(run: Annotated[str, typer.Argument(help="Run id, unique prefix, or 'la
         def final() -> None:
             out.file.flush()
             sys.stdout.write(api_.show(rid, width=width, color=color))
-        raise typer.Exit(follow(frame, final, rid, out, timeout_s=timeout))
+        raise typer.Exit(follow(frame, final, rid, out, timeout_s=timeout, pipe_interval=1.0))
     from labcontract.transport import redis_client
     from orchestrator.labctl.watch import watch_run
     from orchestrator.queries import resolve_run_id
@@ -462,6 +462,3 @@ def run_report(run: str) -> None:
 
     with _sessions()() as s:
         print(write_markdown(run_detail(s, run), State.config.report_dir, State.config.artifact_dir))
-
-
-# --- daemons ------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def schedule_add(
     from orchestrator.runs.client import ControllerClient, check_submission
     from orchestrator.runs.cron import cron_problem
 
-    suite = check_submission(suite_ref, host, device, _sessions())
+    suite = check_submission(suite_ref, host, device, _sessions(), runtime=runtime, scale=scale)
     if (why := cron_problem(cron, time.time())) is not None:     # the controller's own check, before sending
         raise _input_error(suite.source, "--cron", why)
     try:

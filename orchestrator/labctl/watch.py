@@ -23,7 +23,7 @@ from orchestrator.watchframe import Frame, store_frame
 
 
 def follow(frames: Callable[[], Frame], final: Callable[[], None], run_id: str, console: Console, *,
-           timeout_s: float | None = None, interval: float = 1.0) -> int:
+           timeout_s: float | None = None, interval: float = 1.0, pipe_interval: float = 0.5) -> int:
     """Show ``frames()`` until the run ends (a live table on a terminal, one line per change into a pipe), then
     ``final()`` (its results). Exit code 0 if it succeeded, 1 if it did not, 2 if still going at ``timeout_s``.
     The frames come from the store (:func:`store_frame`) or from the web service (``labctl --api watch``): what is
@@ -46,7 +46,7 @@ def follow(frames: Callable[[], Frame], final: Callable[[], None], run_id: str, 
                 last = f.line
             if f.state in TERMINAL_RUN or (timeout_s is not None and time.monotonic() - start > timeout_s):
                 break
-            time.sleep(min(interval, 0.5))
+            time.sleep(pipe_interval)
             f = frames()
     if f.state not in TERMINAL_RUN:
         console.print(f"run {run_id} still {f.state} after {timeout_s:.0f}s")

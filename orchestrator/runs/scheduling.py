@@ -9,8 +9,10 @@ Rules, in order:
    against lower-priority runs, so it cannot starve.
    A run whose host or a DUT is quarantined waits (it reserves nothing) until ``labctl hosts release``;
    one on a host whose agent speaks another protocol version waits (with the reason) until it is upgraded, and
-   one on a host whose agent lacks a step kind the run still needs (or has it at an older version than this
-   controller's kinds need; the agent announces its kinds in its facts) waits, saying which.
+   a queued one on a host whose agent lacks a step kind the run needs (or has it at an older version than this
+   controller's kinds need; the agent announces its kinds in its facts) waits before it starts, saying which (a
+   started run is not held by it: a step its agent cannot run is refused by the agent and ends, freeing the run's
+   devices, as before).
 3. Backfill: a lower-priority run may still use devices reserved by a waiting run when it is expected
    to finish before that run could start (the holders' expected remaining time), so it delays nobody.
 4. A run starts only when every device it names is free: all at once, never piecemeal. A network run
@@ -46,7 +48,9 @@ class StepSummary:
     pending: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)   # run -> {(step host, kind)}
 
     @classmethod
-    def of(cls, s: Session, run_ids: list[str]) -> StepSummary:
+    def of(cls, s: Session, run_ids: list[str], *, kinds: bool = True) -> StepSummary:
+        """``kinds``: read each idle run's pending (host, kind) pairs too (only needed when a host announced its
+        step kinds: :func:`kinds_lacking`)."""
         if not run_ids:
             return cls(frozenset(), {})
         busy = frozenset(s.scalars(select(Step.run_id).where(
@@ -56,7 +60,7 @@ class StepSummary:
             return cls(busy, {})
         left: dict[str, set[tuple[str, str]]] = {}
         for run_id, host, kind in s.execute(select(Step.run_id, Step.host, Step.kind).where(
-                Step.run_id.in_(idle), Step.state == StepState.PENDING).distinct()):
+                Step.run_id.in_(idle), Step.state == StepState.PENDING).distinct()) if kinds else ():
             left.setdefault(run_id, set()).add((host, kind))
         rank = func.row_number().over(partition_by=Step.run_id, order_by=(Step.seq, Step.round)).label("rank")
         pending = (select(Step.id, rank).where(Step.run_id.in_(idle), Step.state == StepState.PENDING)
@@ -183,7 +187,7 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
         if run.state == RunState.PAUSED:
             d.waits[run.id] = "paused (holds its devices)"
         elif not busy(run):
-            if (down := incompatible(run, hosts) or hosts_down(run, hosts, host_up) or lacking(run)) is not None:
+            if (down := incompatible(run, hosts) or hosts_down(run, hosts, host_up)) is not None:
                 d.waits[run.id] = down
             else:
                 nxt = upcoming(run)

@@ -69,6 +69,7 @@ def runs(request: Request, state: Text = "", suite: Text = "", host: Text = "", 
 
 
 HISTORIES = HistoryCache()
+MAX_ARTIFACT_ROWS = 300        # a run's raw output listed on its page (a long preconditioning has thousands)
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -87,7 +88,8 @@ def run_page(request: Request, run_id: RunId,
     marks = hist.step_marks((st["id"], st["kind"], st["cell"]) for st in run["steps"]) if hist else {}
     rerunnable = ended and any(st["state"] in ("FAILED", "CANCELLED", "LOST") for st in run["steps"])
     return render(request, "run.html", run=run, ended=ended, active=not ended, rerunnable=rerunnable,
-                  history=hist.summary() if hist else busy, regressed=marks, artifacts=artifacts,
+                  history=hist.summary() if hist else busy, regressed=marks, artifacts=artifacts[:MAX_ARTIFACT_ROWS],
+                  more_artifacts=max(len(artifacts) - MAX_ARTIFACT_ROWS, 0),
                   done=f"{done} accepted" if done else "")    # fixed texts: a link cannot make the page say anything
 
 
