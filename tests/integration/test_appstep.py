@@ -20,6 +20,7 @@ import pytest
 from agents.apps.cleanup import release
 from agents.apps.fs import NOT_PREPARED, mounted
 from labcontract.apps import AppResult
+from orchestrator.labs.lab import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures" / "apps"
@@ -177,7 +178,10 @@ def test_prepare_run_cancel_kill_badconfig(tmp_path: Path, loop_dut: dict[str, A
 def test_mounted_dut_refused_and_file_dut(tmp_path: Path, loop_dut: dict[str, Any]) -> None:
     mnt = tmp_path / "elsewhere"
     mnt.mkdir()
-    subprocess.run(["mkfs.ext4", "-F", "-q", loop_dut["path"]], check=True)
+    # an earlier test's filesystem on the DUT, unmounted lazily as the step's last resort while its server still
+    # closed on a loaded machine, holds the device a little longer ("apparently in use by the system"): wait for it
+    wait_for(lambda: subprocess.run(["mkfs.ext4", "-F", "-q", loop_dut["path"]], capture_output=True).returncode == 0,
+             120, f"{loop_dut['path']} to be free for mkfs", interval=1)
     subprocess.run(["mount", loop_dut["path"], str(mnt)], check=True)
     try:
         (tmp_path / "a").mkdir()
