@@ -206,7 +206,10 @@ OFFLINE_VARS = {"lab_packages_update_cache": False,
                 "lab_agent_pip_extra_args": f"--no-index --find-links {WHEELS}",
                 # a service's first start under TCG imports its Python in emulation: on a busy machine the web
                 # service took over the role's default 60 s to answer (the wait ends as soon as it answers)
-                "lab_service_ready_timeout": 600}
+                "lab_service_ready_timeout": 600,
+                # an agent beats every 3 s; a TCG guest just booted on a busy machine (the VM tier beside make test)
+                # missed 10 s of them: its retried step was LOST again and the power-loss test's run failed
+                "lab_controller_heartbeat_timeout": 30}
 PLAY_CONNECT_TIMEOUT = 60
 NVME_MODEL = "QEMU NVMe Ctrl"              # QEMU 7.2 names every emulated controller so
 SCSI_MODEL = "QEMU HARDDISK"
