@@ -33,7 +33,7 @@ test: system-test-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 
 # The VM tier: real hosts as QEMU guests (their own kernel, systemd, NVMe controllers, dm-multipath) on a private
 # network namespace; site.yml deploys onto them. The guest image is built once from Debian's packages and cached
-# in $(VMLAB_CACHE) (about 2 GB). Under TCG (no nested KVM) it takes 23 to 28 minutes on 2 CPUs alone, about 32
+# in $(VMLAB_CACHE) (about 2 GB). Under TCG (no nested KVM) it takes 23 to 28 minutes on 2 CPUs alone, 32 to 37
 # beside make test (.ci/run runs the two side by side).
 VMLAB_CACHE ?= $(HOME)/.cache/storagelab/vmlab
 vmtest: system-test-deps vm-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
