@@ -98,7 +98,7 @@ class StepKindFact(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     action: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")]
-    version: Annotated[int, Field(ge=1, le=1_000_000)]
+    version: Annotated[int, Field(ge=1, le=1_000_000, strict=True)]    # "1" or true is not a version
 
 
 class HostFacts(BaseModel):

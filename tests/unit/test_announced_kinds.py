@@ -87,3 +87,24 @@ def test_an_older_version_of_a_kind_holds_the_run_before_it_starts(env: Any, mon
     register(ctl, "v1", (("fio", 2), ("purge", 1)))
     ctl.schedule()
     assert [m.action for m in disp.starts()] == ["purge"]
+
+
+@pytest.mark.parametrize("announced", [
+    [{"action": "fio; rm -rf /", "version": 1}],                  # not a kind's name
+    [{"action": "FIO", "version": 1}],
+    [{"action": "x" * 33, "version": 1}],                         # over 32 characters
+    [{"action": "fio", "version": 0}],                            # versions start at 1
+    [{"action": "fio", "version": 10 ** 7}],
+    [{"action": "fio", "version": "1"}],                          # a string is not a version
+    [{"action": "fio", "version": True}],
+    [{"action": f"k{i}", "version": 1} for i in range(65)],       # more than 64 kinds
+    [{"action": "fio"}],                                          # no version
+])
+def test_a_hostile_announcement_is_refused_with_the_facts(announced: list[dict[str, object]]) -> None:
+    """What an agent announces is untrusted: a bad kind refuses its facts (the Register is set aside by the
+    controller's intake with the reason), never a row the scheduler would read."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as e:
+        HostFacts.model_validate({"hostname": "h", "step_kinds": announced})
+    assert "step_kinds" in str(e.value)
