@@ -32,6 +32,7 @@ import json
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +47,8 @@ from labcontract.procs import stop_group
 from labcontract.suite import Workload
 from labcontract.units import format_size
 
+SYS_CLASS_NET = Path("/sys/class/net")
+COUNT_INTERVAL_S = 0.1
 GRACE_S = 3.0
 STALL_S = 2.0
 MIN_INTERVAL_S = 0.2  # a path whose bytes stop growing this long before the end has failed
@@ -351,7 +354,7 @@ def split_reports(text: str) -> list[dict[str, Any]]:
     return reports
 
 
-def _samples(reports: Sequence[dict[str, Any]], t0_ms: float) -> tuple[Sample, ...]:
+def fio_samples(reports: Sequence[dict[str, Any]], t0_ms: float) -> tuple[Sample, ...]:
     """Cumulative bytes/IOs on the wire per report. fio zeroes its counters when ``ramp_time``
     ends; the series carries on from the last value then, so it counts every byte moved."""
     out: list[Sample] = []
@@ -374,7 +377,7 @@ def fio_path_result(target: NetPathTarget, section: str, text: str, rc: int | No
     metrics = parse_fio_groups(json.dumps(reports[-1]), source=f"fio {target.key}")
     if section not in metrics:
         raise FioError(f"no job {section!r} in the report", path=target.key)
-    return FioPathResult(target.key, target.mtu, metrics[section], _samples(reports, t0_ms), rc == 0, rc)
+    return FioPathResult(target.key, target.mtu, metrics[section], fio_samples(reports, t0_ms), rc == 0, rc)
 
 
 def run_fio_paths(workload: Workload, targets: Sequence[NetPathTarget], workdir: Path, *,
@@ -449,3 +452,52 @@ def path_failures(paths: dict[str, FioPathResult]) -> tuple[PathFailure, ...]:
         failures.append(PathFailure(key, stopped, tuple(o.path for o in others), max(0.0, last - stopped),
                                     sum(_gbps_after(o, stopped) for o in others)))
     return tuple(failures)
+
+
+# --------------------------------------------------------------------------- NIC counters
+
+
+def wait_until(t: float) -> None:
+    """Until the wall clock reads ``t`` (a scheduled start shared by several hosts, or a sampling tick)."""
+    while (left := t - time.time()) > 0:
+        time.sleep(min(left, 0.5))
+
+
+def _counters(iface: str) -> tuple[int, int]:
+    stats = SYS_CLASS_NET / iface / "statistics"
+    return int((stats / "tx_bytes").read_text()), int((stats / "rx_bytes").read_text())
+
+
+def count_nic_bytes(paths: Sequence[dict[str, Any]], seconds: float, interval_s: float = COUNT_INTERVAL_S, *,
+                    stop: threading.Event | None = None) -> dict[str, Any]:
+    """Each path's transmitted and received bytes every ``interval_s`` for ``seconds`` (or until ``stop`` is set):
+    the target's view, and an initiator's per path under tool ``block`` (the kernel spreads one device's I/O over
+    the paths). Finer than the initiators' one-second reports, so the window's edges (where traffic starts and
+    stops) are cut within a tenth of a second instead of spreading a second's bytes over the window."""
+    start = time.time()
+    prev = {p["name"]: _counters(p["iface"]) for p in paths}
+    prev_t = start
+    series: dict[str, list[list[float]]] = {p["name"]: [] for p in paths}
+    tx_total = dict.fromkeys(series, 0)
+    rx_total = dict.fromkeys(series, 0)
+    for tick in range(1, round(seconds / interval_s) + 1):
+        if stop is not None and stop.is_set():
+            break
+        wait_until(start + tick * interval_s)
+        now = time.time()
+        for p in paths:
+            tx, rx = _counters(p["iface"])
+            dtx, drx = tx - prev[p["name"]][0], rx - prev[p["name"]][1]
+            prev[p["name"]] = (tx, rx)
+            tx_total[p["name"]] += dtx
+            rx_total[p["name"]] += drx
+            series[p["name"]].append([prev_t, now, float(dtx + drx), 0.0, float(dtx), float(drx)])
+        prev_t = now
+    end = time.time()
+    out = {}
+    for name in series:
+        secs = end - start
+        out[name] = {"gbps": gbps(tx_total[name] + rx_total[name], secs), "tx_gbps": gbps(tx_total[name], secs),
+                     "rx_gbps": gbps(rx_total[name], secs), "bytes": tx_total[name] + rx_total[name], "iops": None,
+                     "lat_mean_ns": None, "seconds": secs, "completed": True, "series": series[name]}
+    return {"started_at": start, "ended_at": end, "paths": out}

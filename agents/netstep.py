@@ -11,9 +11,11 @@ interfaces and peer addresses, the MTU, the tool, the workload and ``start_at``.
    the suite's fails the step, naming the interface;
 2. waits for ``start_at``, the moment every host of the step starts (clocks in sync: NTP/PTP on a
    lab, one clock in the namespace lab), and records when its tools actually started;
-3. measures: the **target** counts each path's NIC bytes ten times a second; an **initiator** runs fio
-   (``nbd`` engine, one process per path) or iscsi-perf on every path at once, after SendTargets
-   discovery and a READ CAPACITY login on each path;
+3. measures: the **target** counts each path's NIC bytes ten times a second; an **initiator** runs
+   its tool (:data:`INITIATOR_TOOLS`): fio (``nbd`` engine, one process per path), iscsi-perf on every
+   path at once after SendTargets discovery and a READ CAPACITY login on each path, or fio on the
+   kernel's iSCSI disk / dm-multipath map with each path's NIC counted (``block``,
+   :mod:`agents.netblock`);
 4. writes ``net.json``: per path the totals and a per-second series of ``[t_start, t_end, bytes,
    ios]`` (epoch seconds), so the controller can sum exactly the window where every host ran.
 """
@@ -24,25 +26,28 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.netblock import resolve as resolve_block
+from agents.netblock import run_block
 from agents.netmeasure import (
     STALL_S,
+    SYS_CLASS_NET,
     NetMeasureError,
     NetPathTarget,
+    count_nic_bytes,
     gbps,
     iscsi_capacity,
     iscsi_discover,
     iscsi_perf_paths,
     run_fio_paths,
+    wait_until,
 )
 from labcontract.errors import FioError, NetStepError
 from labcontract.suite import Workload
-
-SYS_CLASS_NET = Path("/sys/class/net")
-COUNT_INTERVAL_S = 0.1
 
 
 def read_mtu(iface: str, sys_class_net: Path = SYS_CLASS_NET) -> int:
@@ -66,49 +71,6 @@ def ensure_mtu(paths: Sequence[dict[str, Any]], mtu: int, *, manage: bool) -> di
             raise NetStepError(f"path {p['name']} ({p['iface']}) has MTU {got}, the step wants {mtu} (set it "
                                "with playbooks/iscsi_initiator.yml, or run the agent with --manage-mtu)")
     return out
-
-
-def wait_until(t: float) -> None:
-    """Until the wall clock reads ``t`` (a scheduled start shared by several hosts, or a sampling tick)."""
-    while (left := t - time.time()) > 0:
-        time.sleep(min(left, 0.5))
-
-
-def _counters(iface: str) -> tuple[int, int]:
-    stats = SYS_CLASS_NET / iface / "statistics"
-    return int((stats / "tx_bytes").read_text()), int((stats / "rx_bytes").read_text())
-
-
-def count_nic_bytes(paths: Sequence[dict[str, Any]], seconds: int, interval_s: float = COUNT_INTERVAL_S) -> dict[
-        str, Any]:
-    """The target's view: each path's transmitted and received bytes every ``interval_s``. Finer than the
-    initiators' one-second reports, so the window's edges (where traffic starts and stops) are cut
-    within a tenth of a second instead of spreading a second's bytes over the window."""
-    start = time.time()
-    prev = {p["name"]: _counters(p["iface"]) for p in paths}
-    prev_t = start
-    series: dict[str, list[list[float]]] = {p["name"]: [] for p in paths}
-    tx_total = dict.fromkeys(series, 0)
-    rx_total = dict.fromkeys(series, 0)
-    for tick in range(1, round(seconds / interval_s) + 1):
-        wait_until(start + tick * interval_s)
-        now = time.time()
-        for p in paths:
-            tx, rx = _counters(p["iface"])
-            dtx, drx = tx - prev[p["name"]][0], rx - prev[p["name"]][1]
-            prev[p["name"]] = (tx, rx)
-            tx_total[p["name"]] += dtx
-            rx_total[p["name"]] += drx
-            series[p["name"]].append([prev_t, now, float(dtx + drx), 0.0, float(dtx), float(drx)])
-        prev_t = now
-    end = time.time()
-    out = {}
-    for name in series:
-        secs = end - start
-        out[name] = {"gbps": gbps(tx_total[name] + rx_total[name], secs), "tx_gbps": gbps(tx_total[name], secs),
-                     "rx_gbps": gbps(rx_total[name], secs), "bytes": tx_total[name] + rx_total[name], "iops": None,
-                     "lat_mean_ns": None, "seconds": secs, "completed": True, "series": series[name]}
-    return {"started_at": start, "ended_at": end, "paths": out}
 
 
 def _targets(spec: dict[str, Any], mtus: dict[str, int], iqn: str) -> list[NetPathTarget]:
@@ -203,25 +165,44 @@ def run_iscsi(targets: list[NetPathTarget], prep: dict[str, Any], workload: Work
             "discovery": prep["discovery"]}
 
 
+@dataclass(frozen=True)
+class InitiatorTool:
+    """How an initiator measures under one ``network.tool``: what it prepares before the common start (discovery,
+    logins, finding its device: a failure there fails the step before any host starts) and the measurement."""
+
+    prepare: Callable[[dict[str, Any], dict[str, int]], Any]
+    measure: Callable[[dict[str, Any], Any, Workload, dict[str, int], Path], dict[str, Any]]
+
+
+INITIATOR_TOOLS: dict[str, InitiatorTool] = {
+    "fio": InitiatorTool(lambda spec, mtus: None,
+                         lambda spec, _prep, w, mtus, workdir: run_fio(spec, w, mtus, workdir / "nbd")),
+    "iscsi": InitiatorTool(prepare_iscsi, lambda _spec, prep, w, _mtus, _workdir: run_iscsi(prep[0], prep[1], w)),
+    "block": InitiatorTool(lambda spec, _mtus: resolve_block(spec),
+                           lambda spec, prep, w, _mtus, workdir: run_block(spec, prep, w, workdir / "block")),
+}
+
+
 def run(spec: dict[str, Any], workdir: Path) -> dict[str, Any]:
     mtus = ensure_mtu(spec["paths"], spec["mtu"], manage=spec.get("manage_mtu", False))
     workload = Workload.model_validate(spec["workload"])
-    iscsi = prepare_iscsi(spec, mtus) if spec["role"] == "initiator" and spec["tool"] == "iscsi" else None
+    tool = INITIATOR_TOOLS[spec["tool"]] if spec["role"] == "initiator" else None
+    prep = tool.prepare(spec, mtus) if tool is not None else None
     wait_until(spec["start_at"])
-    if spec["role"] == "target":
+    if tool is None:
         out = count_nic_bytes(spec["paths"], spec["seconds"])
         out["failures"] = []
-    elif iscsi is not None:
-        out = run_iscsi(*iscsi, workload)
     else:
-        out = run_fio(spec, workload, mtus, workdir / "nbd")
-    total_bytes = sum(p["bytes"] for p in out["paths"].values())
-    secs = max((p["seconds"] for p in out["paths"].values()), default=0.0)
-    ios = [p["iops"] * p["seconds"] for p in out["paths"].values() if p.get("iops") is not None]
+        out = tool.measure(spec, prep, workload, mtus, workdir)
+    total = out.pop("total", None)          # a tool that knows its own I/O (block: fio's) says so
+    if total is None:
+        total_bytes = sum(p["bytes"] for p in out["paths"].values())
+        secs = max((p["seconds"] for p in out["paths"].values()), default=0.0)
+        ios = [p["iops"] * p["seconds"] for p in out["paths"].values() if p.get("iops") is not None]
+        total = {"gbps": gbps(total_bytes, secs), "bytes": total_bytes, "seconds": secs,
+                 "iops": sum(ios) / secs if ios and secs else None}
     return {"role": spec["role"], "tool": spec["tool"], "host": spec.get("host", ""), "mtu": mtus,
-            "start_at": spec["start_at"], "late_s": out["started_at"] - spec["start_at"], **out,
-            "total": {"gbps": gbps(total_bytes, secs), "bytes": total_bytes, "seconds": secs,
-                      "iops": sum(ios) / secs if ios and secs else None}}
+            "start_at": spec["start_at"], "late_s": out["started_at"] - spec["start_at"], **out, "total": total}
 
 
 def main(argv: Sequence[str]) -> int:

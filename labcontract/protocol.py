@@ -120,7 +120,7 @@ class NetStart(BaseModel):
     role: Literal["target", "initiator"]
     paths: Annotated[tuple[NetPathName, ...], Field(max_length=8)]
     mtu: Literal[1500, 9000]     # the suite's allowlist (NET_MTUS): with --manage-mtu the agent sets it on the NIC
-    tool: Literal["fio", "iscsi"] = "fio"
+    tool: Literal["fio", "iscsi", "block"] = "fio"   # block: agents net kind version 2 and later
     start_at: StartFloat         # epoch seconds: every host of the step starts its tools then
     seconds: Annotated[int, Field(ge=0, le=MAX_STEP_TIMEOUT_S)]   # the target's window (initiators: workload's)
     iqn: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]{0,222}$")] | None = None

@@ -244,7 +244,7 @@ class Phases(BaseModel):
                                    # before and after (playbooks/facts.yml); needs a controller --inventory
 
 
-NetTool = Literal["fio", "iscsi"]
+NetTool = Literal["fio", "iscsi", "block"]
 PathMode = Literal["single", "multi"]
 NET_MTUS = (1500, 9000)
 
@@ -263,7 +263,8 @@ class Network(BaseModel):
     paths: Annotated[tuple[Annotated[str, Field(pattern=_NAME.pattern)], ...], Field(min_length=1, max_length=8)]
     mtu: Annotated[tuple[Literal[1500, 9000], ...], Field(min_length=1)] = (1500,)
     multipath: Annotated[tuple[PathMode, ...], Field(min_length=1)] = ("multi",)
-    tool: NetTool = "fio"          # fio: nbd engine, any workload; iscsi: iscsi-perf, reads only
+    tool: NetTool = "fio"          # fio: nbd engine, any workload; iscsi: iscsi-perf, reads only;
+                                   # block: fio on the kernel's iSCSI LUN (one path) or dm-multipath map, reads only
     iqn: str | None = None         # default: the one target the portals announce (SendTargets)
     lun: Annotated[int, Field(ge=0, le=16383)] = 1
     nbd_port: Annotated[int, Field(ge=1, le=65535)] = 10809
@@ -447,6 +448,10 @@ def _expand(doc: SuiteDocument, *, combine: bool = True) -> tuple[list[Cell], li
                 problems.append(Problem(f"{where}.rw", "network.tool iscsi (iscsi-perf) only reads, sequentially "
                                                        "or at random: rw read or randread (or randrw with "
                                                        "rwmixread 100 and percentage_random 0 or 100)"))
+                break
+            if net is not None and net.tool == "block" and merged.get("rw") not in ("read", "randread"):
+                problems.append(Problem(f"{where}.rw", "network.tool block reads the target's LUN through the "
+                                                       "initiator's kernel (it does not own it): rw read or randread"))
                 break
             fp, _note = op_footprint(op_mode, merged.get("footprint"))
             merged["footprint"] = fp

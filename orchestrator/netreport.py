@@ -85,9 +85,13 @@ def failure_lines(groups: Sequence[NetGroup]) -> list[str]:
         for f in g.failures:
             began = g.starts.get(f.get("host", ""), g.window_start or 0.0)
             others = ", ".join(f.get("survivors", [])) or "no path"
+            back = (f", back {f['resumed_at'] - f['stopped_at']:.1f}s later" if f.get("resumed_at") is not None
+                    else "")
+            stall = (f"; no I/O completed for {f['io_stalled_s']:.1f}s (the failover window)"
+                     if f.get("io_stalled_s") is not None else "")
             lines.append(f"path failure: {g.name}: {f.get('host')} path {f['path']} stopped "
-                         f"{f['stopped_at'] - began:+.1f}s after the start; {others} carried on "
-                         f"{f['carried_on_s']:.1f}s at {f['survivor_gbps']:.3f} Gbps")
+                         f"{f['stopped_at'] - began:+.1f}s after the start{back}; {others} carried on "
+                         f"{f['carried_on_s']:.1f}s at {f['survivor_gbps']:.3f} Gbps{stall}")
     return lines
 
 

@@ -44,6 +44,7 @@ def net_paths_for(msg: StartStep, declared_paths: Sequence[NetPathDecl]) -> tupl
 
 class NetKind(StepKind):
     action: ClassVar[str] = "net"
+    command_version: ClassVar[int] = 2        # 2: tool block (fio on the kernel's iSCSI LUN or dm-multipath map)
     platforms: ClassVar[frozenset[str]] = frozenset({"linux"})   # Linux tools (docs/windows.md)
     artifacts: ClassVar[tuple[str, ...]] = ("net-spec.json", "net.json", "fio.stderr")
 

@@ -42,6 +42,9 @@ def serve(
 def controller(log_level: Annotated[str, typer.Option()] = "INFO",
                heartbeat_timeout: Annotated[float, typer.Option(help="Seconds of silence before a host "
                                                                     "is down.")] = 10.0,
+               net_start_lead: Annotated[float, typer.Option(
+                   min=0.5, max=60.0, help="Seconds between a network cell's dispatch and the moment every host "
+                                           "starts it (longer on slow hosts: each must be ready by then).")] = 1.5,
                metrics_port: Annotated[int, typer.Option(help="Port of the Prometheus exporter (/metrics, "
                                                               "/health); 0: an ephemeral port, logged.")]
                = 9465,
@@ -66,7 +69,8 @@ def controller(log_level: Annotated[str, typer.Option()] = "INFO",
     """Run the controller daemon (the store's only writer; one at a time: the others stand by)."""
     from orchestrator.cmd.controller import main
 
-    main(State.config, ControllerTuning(heartbeat_timeout_s=heartbeat_timeout), log_level=log_level,
+    main(State.config, ControllerTuning(heartbeat_timeout_s=heartbeat_timeout, net_start_lead_s=net_start_lead),
+         log_level=log_level,
          metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
          notify_webhooks=tuple(notify_webhook or ()), notify_files=tuple(notify_file or ()),
          notify_chats=tuple(notify_chat or ()), inventory=inventory,

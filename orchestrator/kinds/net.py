@@ -27,7 +27,7 @@ NET_TARGET_EXTRA_S = 2      # the target counts this much longer than its initia
 
 class NetKind(BaseKind):
     names = ("net",)
-    agent_kind = ("net", 1)
+    agent_kind = ("net", 2)       # 2: tool block
 
     def expected_seconds(self, ctx: KindContext, step: Step) -> int:
         return super().expected_seconds(ctx, step) + int(ctx.tuning.net_start_lead_s) + 1 + NET_TARGET_EXTRA_S
@@ -80,16 +80,22 @@ def store_net(ctx: KindContext, s: Session, att: Attempt, raw: bytes) -> None:
              | {"mtu": out["mtu"].get(name), "series": netgroups.per_second(p.get("series", []))}
              for name, p in out["paths"].items()}
     total = out["total"]
-    read = sum(p.get("read_gbps") or 0.0 for p in paths.values()) * 1e9 / 8
-    write = sum(p.get("write_gbps") or 0.0 for p in paths.values()) * 1e9 / 8
-    lat = [(p["lat_mean_ns"], p["iops"]) for p in paths.values() if p.get("lat_mean_ns") and p.get("iops")]
+    io = out.get("io")
+    if io is not None:           # tool block: fio's own figures for the device the paths carry
+        io = {**io, "series": netgroups.per_second(io.get("series", []))}
+        read, write = float(io["read_bw_bytes"]), float(io["write_bw_bytes"])
+        lat = [(float(io["lat_mean_ns"]), 1.0)] if io.get("lat_mean_ns") else []
+    else:
+        read = sum(p.get("read_gbps") or 0.0 for p in paths.values()) * 1e9 / 8
+        write = sum(p.get("write_gbps") or 0.0 for p in paths.values()) * 1e9 / 8
+        lat = [(p["lat_mean_ns"], p["iops"]) for p in paths.values() if p.get("lat_mean_ns") and p.get("iops")]
     host = s.get(Host, att.host)
     tool = str(att.step.cell.get("tool", "fio"))[:32]
     provenance = {"host": host_provenance(host), "agent_version": host.agent_version if host else None,
                   "role": out["role"], "tool": out["tool"], "mtu": out["mtu"],
                   "suite_sha256": att.step.run.suite_sha256,
-                  "net_spec": {k: out.get(k) for k in ("start_at", "late_s", "iqn", "discovery") if k in out},
-                  "failures": out.get("failures", [])}
+                  "net_spec": {k: out.get(k) for k in ("start_at", "late_s", "iqn", "discovery", "block") if k in out},
+                  "failures": netgroups.checked_failures(out.get("failures", []))}
     gbps = float(total["gbps"])
     s.add(Result(attempt_id=att.id, step_id=att.step_id, run_id=att.step.run_id,
                  kind="net", tool=tool, tool_version=str(out.get("tool_version") or "")[:128],
@@ -97,9 +103,10 @@ def store_net(ctx: KindContext, s: Session, att: Attempt, raw: bytes) -> None:
                  read_iops=0.0, write_iops=0.0, iops=total.get("iops") or 0.0, read_bw_bytes=read,
                  write_bw_bytes=write, bw_bytes=gbps * 1e9 / 8,
                  lat_mean_ns=sum(v * w for v, w in lat) / sum(w for _v, w in lat) if lat else None,
-                 lat_max_ns=None, lat_stddev_ns=None, lat_p99_ns=None,
+                 lat_max_ns=None, lat_stddev_ns=None, lat_p99_ns=(io or {}).get("lat_p99_ns"),
                  runtime_ms=int(total["seconds"] * 1000), fio_version=None,
-                 metrics={k: v for k, v in out.items() if k != "paths"}, per_path=paths, series=None,
+                 metrics={k: v for k, v in out.items() if k != "paths"} | ({"io": io} if io is not None else {}),
+                 per_path=paths, series=None,
                  provenance=provenance, created_at=ctx.clock()))
     att.fio_started_at = out.get("started_at") or att.fio_started_at
 

@@ -4,7 +4,8 @@ A network cell is one step per host (the target and each initiator) with the sam
 controller dispatches them together with one ``start_at`` and, once all have ended, stores a
 :class:`~orchestrator.store.models.NetGroup`: the start skew across hosts and every path's Gbps and
 IOPS summed over the window where all hosts measured, from each host's per-second series
-(``agents.netstep``: intervals ``[t_start, t_end, bytes, ios, ...]``, prorated at the window's edges).
+(``agents.netstep``: intervals ``[t_start, t_end, bytes, ios, ...]``, prorated at the window's edges); under
+tool ``block`` an initiator's paths are its NICs' counters and its I/Os fio's own series (``io``).
 """
 
 from __future__ import annotations
@@ -118,6 +119,31 @@ def per_second(series: Any) -> list[list[float]]:
     return [buckets[k] for k in sorted(buckets)]
 
 
+_FAILURE_NUMBERS = ("stopped_at", "carried_on_s", "survivor_gbps")
+_FAILURE_OPTIONAL = ("resumed_at", "io_stalled_s")
+
+
+def checked_failures(items: Any) -> list[dict[str, Any]]:
+    """A host's path failures as ``net.json`` gives them (untrusted): at most 64, each a path name, finite numbers
+    (``stopped_at``, ``carried_on_s``, ``survivor_gbps``; ``resumed_at`` and ``io_stalled_s`` or null) and the
+    surviving paths' names. Raises ValueError naming what is wrong."""
+    if not isinstance(items, list) or len(items) > 64:
+        raise ValueError("failures: expected a list of at most 64")
+
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    for f in items:
+        if not isinstance(f, dict) or not isinstance(f.get("path"), str) or len(f["path"]) > 64:
+            raise ValueError(f"failures: not a path failure: {str(f)[:80]}")
+        survivors = f.get("survivors", [])
+        bad = [k for k in _FAILURE_NUMBERS if not number(f.get(k))] + [
+            k for k in _FAILURE_OPTIONAL if f.get(k) is not None and not number(f[k])]
+        if bad or not isinstance(survivors, list) or len(survivors) > 8 or not all(
+                isinstance(x, str) and len(x) <= 64 for x in survivors):
+            raise ValueError(f"failures: path {f['path'][:64]!r}: {', '.join(bad) or 'survivors'} not as expected")
+    return items
+
+
 def aggregate(outputs: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     """The cell's totals from every host's ``net.json`` (host -> output): skew, window, per path, per
     host and in total. The skew is between the moments the hosts' tools started; the window runs from the
@@ -139,6 +165,9 @@ def aggregate(outputs: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     for host, out in outputs.items():
         role = out["role"]
         host_gbps = host_iops = 0.0
+        # tool block: the kernel spreads one device's I/O over the paths; each path's Gbps is its NIC's, the
+        # host's IOPS and latency are fio's own (its per-second series, cut at the same window)
+        io = out.get("io") if role == "initiator" and isinstance(out.get("io"), dict) else None
         for name, p in out["paths"].items():
             series = p.get("series", [])
             n_bytes = _in_window(series, w0, w1, 2)
@@ -150,6 +179,8 @@ def aggregate(outputs: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
                 entry["rx_gbps"] = _in_window(series, w0, w1, 5) * 8 / 1e9 / secs
                 total["target_tx_gbps"] += entry["tx_gbps"]
                 total["target_rx_gbps"] += entry["rx_gbps"]
+            elif io is not None:           # one device over every path (tool block): the I/O is the host's
+                entry["iops"] = entry["lat_mean_ns"] = None
             else:
                 entry["iops"] = ios / secs
                 entry["lat_mean_ns"] = p.get("lat_mean_ns")
@@ -159,6 +190,11 @@ def aggregate(outputs: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
                     lat_weight += entry["iops"]
             host_gbps += entry["gbps"]
             per_path[f"{host}.{name}"] = entry
+        if io is not None:
+            host_iops = _in_window(io.get("series", []), w0, w1, 3) / secs
+            if io.get("lat_mean_ns") is not None and host_iops > 0:
+                lat_sum += io["lat_mean_ns"] * host_iops
+                lat_weight += host_iops
         per_host[host] = {"role": role, "gbps": host_gbps, "iops": host_iops if role == "initiator" else None,
                           "started_at": starts[host], "ended_at": ends[host], "late_s": out.get("late_s")}
         total["initiator_gbps" if role == "initiator" else "target_gbps"] += host_gbps

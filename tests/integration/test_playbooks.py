@@ -121,6 +121,9 @@ RENDER = """\
         - name: Multipath configuration
           ansible.builtin.template: {src: "{{ playbooks }}/templates/multipath.conf.j2",
                                      dest: "{{ out }}/multipath.conf", mode: "0644"}
+        - name: The agent's read rule (tool block)
+          ansible.builtin.template: {src: "{{ playbooks }}/templates/storagelab-iscsi-read.rules.j2",
+                                     dest: "{{ out }}/read.rules", mode: "0644"}
 """
 
 
@@ -155,6 +158,13 @@ def test_iscsi_templates_render_the_inventory_nics(tmp_path: Path) -> None:
     assert [(n["name"], n["iface"], n["peer"], n["mtu"]) for n in nics] == [
         ("path-a", "ens2f0", "10.30.1.20", 9000), ("path-b", "ens2f1", "10.30.2.20", 9000)]
     assert "path_grouping_policy multibus" in (out / "multipath.conf").read_text()
+    rules = [line for line in (out / "read.rules").read_text().splitlines() if line and not line.startswith("#")]
+    assert rules == [        # the target's LUNs and the multipath maps, read only, for the agent's user
+        'ACTION=="add|change", SUBSYSTEM=="block", ENV{DEVTYPE}=="disk", '
+        'ENV{ID_PATH}=="ip-*-iscsi-iqn.2026-11.lab.example:rd630-tgt-lun-*", '
+        'RUN+="/usr/bin/setfacl -m u:storagelab:r $devnode"',
+        'ACTION=="add|change", SUBSYSTEM=="block", KERNEL=="dm-*", ATTR{dm/uuid}=="mpath-*", '
+        'RUN+="/usr/bin/setfacl -m u:storagelab:r $devnode"']
 
 
 @pytest.mark.parametrize(("playbook", "host", "override", "expected"), [

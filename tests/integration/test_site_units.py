@@ -83,8 +83,8 @@ def test_the_controller_hosts_units_and_files_for_the_example_lab(tmp_path: Path
     ctl = unit(units / "storagelab-controller.service")
     # the inventory's metrics_address of the controller host (rd630-ctl: 10.20.0.10:9465)
     assert ctl["User"] == ["root"] and ctl["KillMode"] == ["control-group"]
-    assert ctl["ExecStart"] == [f'"{VENV}/bin/labctl" "controller" "--heartbeat-timeout" "10" "--metrics-port" '
-                                '"9465" "--metrics-bind" "10.20.0.10"']
+    assert ctl["ExecStart"] == [f'"{VENV}/bin/labctl" "controller" "--heartbeat-timeout" "10" "--net-start-lead" '
+                                '"1.5" "--metrics-port" "9465" "--metrics-bind" "10.20.0.10"']
     assert sorted(ctl["Environment"]) == [f'"LAB_BROKER_PASSWORD_FILE={tmp_path}/etc/controller.pass"',
                                           '"LAB_BROKER_URL=redis://controller@127.0.0.1:6379/0"',
                                           f'"LAB_DIR={tmp_path}/lib"']

@@ -49,7 +49,7 @@ def waits(db: Any, clock: Any) -> dict[str, str]:
 
 def test_the_agent_announces_what_its_platform_runs() -> None:
     linux = {k.action: k.version for k in agent_kinds.announced("linux")}
-    assert linux == {"app": 1, "fio": 1, "net": 1, "purge": 1}
+    assert linux == {"app": 1, "fio": 1, "net": 2, "purge": 1}
     assert {k.action for k in agent_kinds.announced("windows")} == {"fio"}     # purge, net, app use Linux tools
     assert set(kinds.agent_kinds().values()) <= {(k, v) for k, v in linux.items()}
 

@@ -258,6 +258,21 @@ def test_a_declared_link_speed_is_drawn() -> None:
     assert "link speed 25.000 Gbps (one path)" in time.svg and "Link speed unknown" not in time.caption
 
 
+def test_a_path_failure_is_marked_with_its_failover_window() -> None:
+    d = _first_profile(network_run())
+    g = next(g for g in d.net_groups if g.cell["paths"] == "multi" and g.cell["mtu"] == 9000)
+    t0 = min(g.starts.values())
+    g.failures = [{"host": "ini", "path": "a", "stopped_at": t0 + 4.0, "resumed_at": None, "survivors": ["b"],
+                   "carried_on_s": 5.0, "survivor_gbps": 0.2, "io_stalled_s": 2.5}]
+    time = materialize(NetworkChart().figures(ReportContext.of([d])))[0]
+    _clean(time)
+    assert "a path stopped (red line)" in time.svg and "no I/O completed: the failover window (red)" in time.svg
+    assert "a path that stopped is marked in red" in time.caption
+    g.failures = [{**g.failures[0], "io_stalled_s": None}]          # a tool that measures no window: the line only
+    time = materialize(NetworkChart().figures(ReportContext.of([d])))[0]
+    assert "a path stopped (red line)" in time.svg and "failover window (red)" not in time.svg
+
+
 def test_two_network_runs_overlay_per_cell_and_without_series_no_time_chart() -> None:
     fio = _first_profile(network_run())
     iscsi = _first_profile(network_run("r20261124-mmmmmm", tool="iscsi", series=False, factor=0.9))

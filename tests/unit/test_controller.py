@@ -278,7 +278,7 @@ def test_result_devices_carry_driver_from_host_facts_and_lat_hist_is_stored(
     """The device entry is the declared DUT completed by the host's block-device facts (matched here by its
     by-id link); the merged histogram's percentiles are the result's own."""
     from labcontract.facts import BlockDevice
-    from labcontract.fioresult import percentiles_from_bins
+    from labcontract.fioresult import bin_percentiles
 
     ctl, disp, _clock, db = env
     link = "/dev/disk/by-id/virtio-lab0"
@@ -301,4 +301,5 @@ def test_result_devices_carry_driver_from_host_facts_and_lat_hist_is_stored(
         hist = res.lat_hist
         assert hist is not None and hist["write"] == [] and "per_device" not in hist
         bins = {ns: c for ns, c in hist["read"]}
-        assert percentiles_from_bins(bins) == res.metrics["combined"]["percentiles_ns"]
+        # the lab's rule: p99.999 too when fio did 1,000,000 I/Os in its second (a fast machine's page cache)
+        assert bin_percentiles(bins) == res.metrics["combined"]["percentiles_ns"]

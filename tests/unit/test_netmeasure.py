@@ -15,8 +15,8 @@ from agents.netmeasure import (
     NetMeasureError,
     NetPathTarget,
     Sample,
-    _samples,
     fio_path_result,
+    fio_samples,
     methodology_workloads,
     parse_iscsi_ls,
     parse_iscsi_perf,
@@ -191,7 +191,7 @@ def _report(ts: int, io_bytes: int) -> dict[str, Any]:
 
 def test_samples_carry_on_over_the_ramp_time_reset() -> None:
     reports = [_report(1000, 4096 * 10), _report(2000, 4096 * 20), _report(3000, 4096 * 5), _report(4000, 4096 * 15)]
-    s = _samples(reports, 0.0)
+    s = fio_samples(reports, 0.0)
     assert [x.bytes // 4096 for x in s] == [10, 20, 25, 35]
     assert [x.t for x in s] == [1.0, 2.0, 3.0, 4.0]
 

@@ -79,6 +79,7 @@ class Deployed:
     certs_dir: Path
     recaps: list[dict[str, dict[str, int]]] = field(default_factory=list)
     duts: dict[str, str] = field(default_factory=dict)            # host -> its first NVMe DUT's by-id path
+    site_s: float = 0.0                                            # the first site.yml's time
 
     @property
     def ctl(self) -> Any:
@@ -120,30 +121,36 @@ class Deployed:
         return next((h for h in self.query("hosts") if h["name"] == name), None)
 
 
-def lab_inventory(lab: VmLab, path: Path, certs: Any) -> Path:
+def lab_inventory(lab: VmLab, path: Path, certs: Any, **extra: Any) -> Path:
     """The lab's inventory (orchestrator.labs.vmlab.lab.site_inventory, as labctl lab up --vms writes it) with
-    broker TLS on, from the test CA."""
+    broker TLS on, from the test CA; ``extra``: site_inventory's groups, host_vars and more group_vars."""
     tls = {"lab_broker_tls": True, "lab_broker_tls_ca": str(certs.ca), "lab_broker_tls_cert": str(certs.server_cert),
            "lab_broker_tls_key": str(certs.server_key), "lab_broker_tls_client_cert": str(certs.client_cert),
            "lab_broker_tls_client_key": str(certs.client_key)}
-    return site_inventory(lab, path / "hosts.yml", group_vars=tls)
+    group_vars = {**tls, **extra.pop("group_vars", {})}
+    return site_inventory(lab, path / "hosts.yml", group_vars=group_vars, **extra)
+
+
+def deploy(lab: VmLab, d: Path, **inventory: Any) -> Deployed:
+    """site.yml run once onto ``lab`` (the wheel built first, as make wheel does), from the checkout's root."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(ROOT / "dist"), str(ROOT)],
+                   check=True, capture_output=True, timeout=600)
+    certs = make_certs(d / "certs", server_ips=[lab["ctl"].spec.address])
+    inv = lab_inventory(lab, d / "inventory", certs, **inventory)
+    started = time.monotonic()
+    first = play(lab, inv, "site.yml")
+    dep = Deployed(lab, inv, d / "certs", [first], site_s=time.monotonic() - started)
+    script = (Path(__file__).parent / "storeq.py").read_text()
+    subprocess.run(lab["ctl"].ssh_argv("cat > /root/storeq.py"), input=script, text=True, check=True,
+                   capture_output=True, timeout=60)
+    return dep
 
 
 @pytest.fixture(scope="session")
 def deployed(vmlab: VmLab, tmp_path_factory: pytest.TempPathFactory) -> Deployed:
-    """site.yml run once onto the lab (the wheel built first, as make wheel does)."""
-    d = tmp_path_factory.mktemp("deploy")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(ROOT / "dist"), str(ROOT)],
-                   check=True, capture_output=True, timeout=600)
-    certs = make_certs(d / "certs", server_ips=[vmlab["ctl"].spec.address])
-    inventory = lab_inventory(vmlab, d / "inventory", certs)
-    started = time.monotonic()
-    first = play(vmlab, inventory, "site.yml")
-    TIMES["site_first_s"] = time.monotonic() - started
-    dep = Deployed(vmlab, inventory, d / "certs", [first])
-    script = (Path(__file__).parent / "storeq.py").read_text()
-    subprocess.run(vmlab["ctl"].ssh_argv("cat > /root/storeq.py"), input=script, text=True, check=True,
-                   capture_output=True, timeout=60)
+    """site.yml run once onto the session's lab."""
+    dep = deploy(vmlab, tmp_path_factory.mktemp("deploy"))
+    TIMES["site_first_s"] = dep.site_s
     return dep
 
 

@@ -2,7 +2,8 @@
 tier reads of the deployed store, as JSON on stdout, through sqlite3 alone (the store's own readers are labctl's;
 this reads the rows a test asserts on without a table to parse).
 
-WHAT: ``run RUN_ID`` (the run, its steps with their attempts, its results with metrics and provenance),
+WHAT: ``run RUN_ID`` (the run, its steps with their attempts, its results with metrics and provenance, a network
+run's cells),
 ``hosts`` (every host: last heartbeat, registration, facts, devices with quarantine), ``last-run`` (the newest run's
 id)."""
 
@@ -45,8 +46,12 @@ def main() -> int:
         for st in run["steps"]:
             st["attempts"] = rows(c, "SELECT id, host, state, reason, dispatch_count FROM attempts WHERE step_id = ? "
                                      "ORDER BY number", st["id"])
-        run["results"] = rows(c, "SELECT step_id, attempt_id, kind, iops, write_bw_bytes, runtime_ms, metrics, "
-                                 "provenance FROM results WHERE run_id = ?", run_id)
+        run["results"] = rows(c, "SELECT step_id, attempt_id, kind, tool, iops, read_bw_bytes, write_bw_bytes, "
+                                 "lat_mean_ns, runtime_ms, metrics, per_path, provenance FROM results WHERE run_id = ?",
+                              run_id)
+        run["net_groups"] = rows(c, "SELECT seq, name, cell, skew_ms, window_start, window_end, total, per_path, "
+                                    "per_host, failures, complete, reason FROM net_groups WHERE run_id = ? "
+                                    "ORDER BY seq", run_id)
         print(json.dumps(run, default=str))
     elif what == "hosts":
         hosts = rows(c, "SELECT name, last_seen, registered_at, agent_version, facts, quarantined_at, "

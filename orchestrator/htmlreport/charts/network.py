@@ -207,6 +207,14 @@ def _time_figure(ctx: ReportContext, profile: str, keys: list[CellKey], cells: d
                     ax.axvspan(g.window_start - ser.t_ref, g.window_end - ser.t_ref, color=v.colour, alpha=0.08, lw=0)
                     kinds.setdefault("window where every host measured (shaded)",
                                      Patch(facecolor="#555", alpha=0.15))
+                for f in g.failures or []:
+                    at = float(f["stopped_at"]) - ser.t_ref
+                    kinds.setdefault("a path stopped (red line)",
+                                     ax.axvline(at, color="#c62828", linestyle=":", linewidth=1.2))
+                    if f.get("io_stalled_s"):
+                        ax.axvspan(at, at + float(f["io_stalled_s"]), color="#c62828", alpha=0.15, lw=0)
+                        kinds.setdefault("no I/O completed: the failover window (red)",
+                                         Patch(facecolor="#c62828", alpha=0.25))
                 link = link or link_gbps(nc)
             if link:
                 kinds.setdefault(f"link speed {fmt.gbps(link)} Gbps (one path)",
@@ -230,7 +238,9 @@ def _time_figure(ctx: ReportContext, profile: str, keys: list[CellKey], cells: d
                   + f", {len(panels)} cells, {n} s", points,
                   f"{per} Gbps from each host's stored series: the initiators' tool (solid) and the target's "
                   "NIC counters (dashed), a line per path when multipath; the shaded window is the one the cell's "
-                  "totals cover." + ("" if link else " Link speed unknown (not declared): no line drawn."))
+                  "totals cover; a path that stopped is marked in red, with the failover window (no I/O completed) "
+                  "where the tool measured it."
+                  + ("" if link else " Link speed unknown (not declared): no line drawn."))
 
 
 def _bars(ax: Any, x: float, val: float | None, colour: str, hatch: str, alpha: float = 1.0) -> int:

@@ -209,7 +209,10 @@ OFFLINE_VARS = {"lab_packages_update_cache": False,
                 "lab_service_ready_timeout": 600,
                 # an agent beats every 3 s; a TCG guest just booted on a busy machine (the VM tier beside make test)
                 # missed 10 s of them: its retried step was LOST again and the power-loss test's run failed
-                "lab_controller_heartbeat_timeout": 30}
+                "lab_controller_heartbeat_timeout": 30,
+                # a network step's process imports its Python in emulation before the cell's common start: 1.5 s
+                # was too short (its tools started 0.25-0.44 s late, the cell's skew over the 100 ms limit)
+                "lab_controller_net_start_lead": 8}
 PLAY_CONNECT_TIMEOUT = 60
 NVME_MODEL = "QEMU NVMe Ctrl"              # QEMU 7.2 names every emulated controller so
 SCSI_MODEL = "QEMU HARDDISK"
@@ -226,12 +229,15 @@ def scsi_by_id(serial: str) -> str:
 
 
 def site_inventory(lab: VmLab, path: Path, *, controller: str = "ctl",
-                   group_vars: Mapping[str, Any] | None = None) -> Path:
+                   group_vars: Mapping[str, Any] | None = None,
+                   groups: Mapping[str, Iterable[str]] | None = None,
+                   host_vars: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
     """The inventory site.yml deploys the lab with (docs/deployment.md): ``controller`` in group ``controller``,
     every other VM in ``agents`` with its NVMe namespaces declared as DUTs (``nvme0``, ``nvme1``... by their by-id
     paths, purge by Format NVM and OP by namespace allowed) and its SCSI disk (``scsi0``), the wheelhouse of the
-    image instead of PyPI."""
-    host_vars: dict[str, dict[str, Any]] = {
+    image instead of PyPI. A network host (a NIC on each data path) declares no DUT: its disk, if any, is the LUN it
+    exports. ``groups`` and ``host_vars`` add to it (the network tests' ``targets``, ``initiators``, ``nics``)."""
+    hv: dict[str, dict[str, Any]] = {
         controller: {"lab_controller_web_bind": lab[controller].spec.address,
                      "lab_controller_web_cookie_secure": False}}
     agents = [name for name in lab.vms if name != controller]
@@ -241,14 +247,26 @@ def site_inventory(lab: VmLab, path: Path, *, controller: str = "ctl",
                  "serial": spec.nvme_serial, "model": NVME_MODEL, "interface": "nvme",
                  "capacity_bytes": ns.size_bytes, "allow": ["purge", "op_mode"], "purge_methods": ["nvme_format"],
                  "op_methods": ["nvme_ns"]} for ns in spec.nvme]
-        if spec.scsi_bytes:
+        if spec.scsi_bytes and len(spec.nics) == 1:
             duts.append({"name": "scsi0", "path": scsi_by_id(spec.scsi_serial), "serial": spec.scsi_serial,
                          "model": SCSI_MODEL, "interface": "scsi", "capacity_bytes": spec.scsi_bytes,
                          "allow": ["purge"], "purge_methods": ["blkdiscard"]})
-        host_vars[name] = {"duts": duts, "metrics_address": f"{spec.address}:9464",
-                           **({"driver_module": "nvme"} if duts else {})}
-    groups = {"controller": [controller], "agents": agents}
-    return lab.inventory(path, groups, host_vars, {**OFFLINE_VARS, **(group_vars or {})})
+        hv[name] = {"duts": duts, "metrics_address": f"{spec.address}:9464",
+                    **({"driver_module": "nvme"} if duts else {})}
+    for name, extra in (host_vars or {}).items():
+        hv[name] = {**hv.get(name, {}), **extra}
+    all_groups = {"controller": [controller], "agents": agents, **{g: list(m) for g, m in (groups or {}).items()}}
+    return lab.inventory(path, all_groups, hv, {**OFFLINE_VARS, **(group_vars or {})})
+
+
+def data_nics(vm: Vm, peer: Vm, mtu: int) -> list[dict[str, Any]]:
+    """A network host's data paths as the inventory declares them (``nics``: name, the interface the guest's kernel
+    named, address, MTU, and the peer's address on the same path), asked of the guest itself."""
+    doc = json.loads(vm.ssh("ip -j addr show").stdout)
+    names = {f"{a['local']}/{a['prefixlen']}": link["ifname"] for link in doc for a in link.get("addr_info", [])}
+    return [{"name": nic.segment, "iface": names[nic.address], "address": nic.address, "mtu": mtu,
+             "peer": other.address.split("/")[0]}
+            for nic, other in zip(vm.spec.nics[1:], peer.spec.nics[1:], strict=True)]
 
 
 def lab_specs(n: int) -> list[VmSpec]:
