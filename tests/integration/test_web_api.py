@@ -39,6 +39,17 @@ EXPECTED_ROLES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/schedules/{name}"): "admin", ("GET", "/api/tokens"): "admin",
     ("POST", "/api/tokens"): "admin", ("DELETE", "/api/tokens/{name}"): "admin",
 }
+# the pages (orchestrator.web.pages; not in the OpenAPI document) and the role each needs (None: anyone)
+PAGE_ROLES: dict[tuple[str, str], str | None] = {
+    ("GET", "/login"): None, ("POST", "/login"): None, ("POST", "/logout"): "viewer",
+    **{("GET", p): "viewer" for p in (
+        "/", "/hosts", "/runs", "/runs/{run_id}", "/runs/{run_id}/report", "/compare", "/compare/view",
+        "/regressions", "/docs", "/openapi.json")},
+    **{(m, p): "engineer" for m, p in (
+        ("POST", "/runs/{run_id}/{action}"), ("POST", "/regressions/{regression_id}/ack"), ("GET", "/submit"),
+        ("POST", "/submit"))},
+    ("POST", "/hosts/{host}/release"): "admin",
+}
 ROLE_KEY = "x-required-role"
 UNKNOWN_RUN = "r20000101-000000"
 
@@ -106,6 +117,30 @@ def test_auth_matrix_over_every_operation(web: WebHandle, spec: dict[str, Any]) 
             else:
                 assert r.status_code not in (401, 403), (method, path, role, r.status_code, r.text)
                 assert r.status_code < 500, (method, path, role, r.status_code, r.text)
+
+
+def test_every_page_is_listed_with_its_role_and_enforces_it(web: WebHandle) -> None:  # noqa: F811
+    """Every route of the pages is in PAGE_ROLES; with a bearer token (no CSRF secret needed), each role below the
+    page's gets 403, its own role (and above) never 401/403 nor a 500 (unknown ids and empty forms: nothing
+    changes)."""
+    import importlib
+
+    from orchestrator.web import pages
+
+    got = {(m, rt.path) for name in pages.ROUTERS for rt in importlib.import_module(name).router.routes
+           for m in getattr(rt, "methods", ())}
+    assert got == set(PAGE_ROLES)
+    for (method, path), need in PAGE_ROLES.items():
+        if need is None:
+            continue
+        url = (_fill(path).replace("{action}", "cancel").replace("{regression_id}", "0123456789ab"))
+        for role in ROLES:
+            r = request(web, method, url, role=role, **({"data": {}} if method == "POST" else {}))
+            if ROLES.index(role) < ROLES.index(need):
+                assert r.status_code == 403, (method, path, role, r.status_code, r.text[:300])
+            else:
+                assert r.status_code not in (401, 403) and r.status_code < 500, (method, path, role, r.status_code,
+                                                                                 r.text[:300])
 
 
 # --- 2. generated input --------------------------------------------------------------------------------

@@ -215,7 +215,7 @@ def test_pages_over_http(web: WebHandle) -> None:  # noqa: F811
         assert page.status_code == 200
         csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert csrf, "every form carries the session's CSRF token"
-        for path in ("/", "/runs", "/hosts", "/submit", "/compare", "/login"):
+        for path in ("/", "/runs", "/hosts", "/submit", "/compare", "/regressions", "/login"):
             html = c.get(path).text
             assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html), f"{path}: an inline script"
             assert "None" not in re.sub(r"<[^>]+>", " ", html).split(), f"{path} shows 'None'"
@@ -254,7 +254,7 @@ def test_login_required_then_every_page_without_error(browser: Browser, web: Web
     assert "unknown, revoked or expired token" in b.text()
     b.seen.clear()
     b.login(web.tokens["engineer"], "/runs")
-    for path in ("/", "/runs", "/hosts", "/submit", "/compare"):
+    for path in ("/", "/runs", "/hosts", "/submit", "/compare", "/regressions"):
         b.goto(path)
         assert "engineer" in b.page.inner_text("header"), path
         b.check(path)
@@ -430,7 +430,7 @@ def test_every_page_fits_a_phone(browser: Browser, web: WebHandle, state: State)
     b.no_overflow("/login")
     b.login(web.tokens["admin"], "/")
     run_id = state.runs[0] if state.runs else ""
-    pages = ["/", "/runs", "/hosts", "/submit", "/compare", "/docs"]
+    pages = ["/", "/runs", "/hosts", "/submit", "/compare", "/regressions", "/docs"]
     if run_id:
         pages.append(f"/runs/{run_id}")
     if len(state.runs) >= 2:

@@ -254,7 +254,7 @@ def test_roles_are_enforced_on_the_pages(web: WebHandle) -> None:  # noqa: F811
     assert v.get("/submit").status_code == 403
     for path, data in (("/submit", {"suite": "demo", "host": web.lab.host, "devices": "dut0"}),
                        (f"/runs/{rid}/cancel", {"reason": "x"}), (f"/runs/{rid}/rerun", {}),
-                       (f"/hosts/{web.lab.host}/release", {})):
+                       (f"/hosts/{web.lab.host}/release", {}), ("/regressions/0123456789ab/ack", {"reason": "x"})):
         assert v.post(path, data={**data, "csrf": vcsrf}).status_code == 403, path
     e, ecsrf = session(web, web.tokens["engineer"])
     assert e.post(f"/hosts/{web.lab.host}/release", data={"csrf": ecsrf}).status_code == 403
@@ -324,7 +324,7 @@ def test_hostile_text_is_escaped_in_pages_and_reports(web: WebHandle) -> None:  
     rid = hostile_run(web)
     c, _ = session(web, web.tokens["viewer"])
     for path in ("/", "/runs", f"/runs/{rid}", f"/runs/{rid}/report", f"/compare?run={rid}",
-                 f"/api/runs/{rid}/report"):
+                 f"/api/runs/{rid}/report", "/regressions?acked=1"):
         r = c.get(path)
         assert r.status_code == 200, (path, r.text[:300])
         for marker in RAW_MARKERS:
@@ -440,7 +440,9 @@ def test_bodies_queries_and_garbage_get_clean_refusals(web: WebHandle) -> None: 
     for path in ("/api/runs?before=%%%", "/api/runs?since=nan", "/api/runs?limit=100000", "/api/runs/%00",
                  "/api/runs/a%0ab", "/api/artifacts/99999999999999999999999", "/api/compare?" + "run=a&" * 3000,
                  "/api/runs?" + "a=1&" * 15000, "/runs?since=2020-13-45", "/runs?before=!!!", "/compare/view?run=a",
-                 "/api/runs/x/series?step=" + "s" * 100, "/api/runs?model=%FF%FE"):
+                 "/api/runs/x/series?step=" + "s" * 100, "/api/runs?model=%FF%FE", "/regressions?since=%FF%00",
+                 "/regressions?limit=-1&acked=%00", "/compare?run=a&run=b&baseline=%00",
+                 "/compare?baseline=" + "b" * 99):
         r = v.get(path)
         assert r.status_code < 500, (path[:60], r.status_code)
         assert "Traceback" not in r.text and "File \"" not in r.text
@@ -537,6 +539,7 @@ def test_status_banner_text_is_not_taken_from_the_url(web: WebHandle) -> None:  
     spoof = "Session expired: log in again at evil.example"
     assert spoof not in c.get(f"/runs/{rid}", params={"done": spoof}).text
     assert spoof not in c.get("/hosts", params={"done": spoof}).text
+    assert spoof not in c.get("/regressions", params={"done": spoof}).text
 
 
 def test_report_flood_does_not_stall_the_service(web: WebHandle) -> None:  # noqa: F811

@@ -101,9 +101,16 @@ def list_regressions(request: Request,
 @route(router, "POST", "/regressions/{regression_id}/ack", "engineer", response_model=CommandDone)
 def ack(request: Request, regression_id: RegressionId, body: AckBody | None = None) -> CommandDone:
     """Acknowledge a regression: it is not flagged again (404 for an id the history does not hold)."""
+    rid = acknowledge(request, regression_id, (body or AckBody()).reason)
+    return CommandDone(ok=True, name=rid, message=f"acknowledgement of regression {rid} accepted")
+
+
+def acknowledge(request: Request, regression_id: str, reason: str) -> str:
+    """The Acknowledge command of a regression the history holds, sent as the caller (the API's route and the
+    regressions page); its id, lowercased. NotFound for an id the history does not hold; an acknowledged one is
+    not sent again."""
     from orchestrator.stats.history import find_regressions
 
-    reason = (body or AckBody()).reason
     rid = regression_id.lower()
     if len(rid) != 12 or any(c not in "0123456789abcdef" for c in rid):
         raise NotFound("regression", regression_id[:64])
@@ -114,4 +121,4 @@ def ack(request: Request, regression_id: RegressionId, body: AckBody | None = No
         raise NotFound("regression", rid)
     if not match.acknowledged:
         send(request, build(Acknowledge, regression_id=rid, reason=reason, reply_to="-"), "acknowledgement")
-    return CommandDone(ok=True, name=rid, message=f"acknowledgement of regression {rid} accepted")
+    return rid

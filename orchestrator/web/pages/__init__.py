@@ -12,6 +12,8 @@ ROUTERS: tuple[str, ...] = (
     "orchestrator.web.pages.login",
     "orchestrator.web.pages.overview",
     "orchestrator.web.pages.runs",
+    "orchestrator.web.pages.compare",
+    "orchestrator.web.pages.regressions",
     "orchestrator.web.pages.submit",
     "orchestrator.web.pages.apidocs",
 )

@@ -1,4 +1,5 @@
-"""``/runs`` (filters, pages), ``/runs/{id}`` (live progress, commands, the report when done), ``/compare``.
+"""``/runs`` (filters, pages), ``/runs/{id}`` (live progress, commands, the report when done); ``/compare`` is
+``orchestrator.web.pages.compare``.
 
 Reports and compares are the issue-13 HTML documents drawn by ``orchestrator.web.render``; a page embeds them
 in a sandboxed iframe (no scripts, a unique origin) served by ``/runs/{id}/report`` and ``/compare/view``
@@ -10,7 +11,6 @@ from __future__ import annotations
 import calendar
 import time
 from typing import Annotated, Literal
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -29,7 +29,6 @@ router = APIRouter(include_in_schema=False)
 Text = Annotated[str, Query(max_length=128)]
 RunId = Annotated[str, Path(max_length=64)]
 ACTIVE = ("QUEUED", "RUNNING", "PAUSED")
-MAX_COMPARE = 8
 # the embedded report: no script, no request but data: images, framed only by this site
 FRAME_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; frame-ancestors 'self'; "
              "base-uri 'none'; form-action 'none'")
@@ -111,12 +110,12 @@ def run_action(request: Request, who: Annotated[Principal, Depends(require("engi
     return RedirectResponse(f"/runs/{run_id}?{qs({'done': action})}", status_code=303)
 
 
-def _report_response(html: str) -> HTMLResponse:
+def report_response(html: str) -> HTMLResponse:
     return HTMLResponse(html, headers={"Content-Security-Policy": FRAME_CSP, "X-Frame-Options": "SAMEORIGIN",
                                        "Cache-Control": "private, max-age=60"})
 
 
-def _draw(request: Request, kind: str, run_ids: list[str]) -> str:
+def draw(request: Request, kind: str, run_ids: list[str]) -> str:
     from orchestrator.web import render as drawing
 
     cfg = request.app.state.web.cfg
@@ -131,42 +130,4 @@ def _draw(request: Request, kind: str, run_ids: list[str]) -> str:
 def report_frame(request: Request, run_id: RunId) -> HTMLResponse:
     """The run's HTML report, to be framed by its run page (or opened on its own)."""
     need(request, "viewer")
-    return _report_response(_draw(request, "report", [run_id]))
-
-
-def _compare_ids(run: list[str]) -> list[str]:
-    ids = list(dict.fromkeys(r.strip() for r in run if r.strip()))
-    if len(ids) > MAX_COMPARE:
-        raise InputError("run", [Problem("run", f"at most {MAX_COMPARE} runs are compared at once")])
-    for rid in ids:
-        queries.check_run_id(rid)
-    return ids
-
-
-@router.get("/compare", response_class=HTMLResponse)
-def compare(request: Request, run: Annotated[list[str], Query(max_length=MAX_COMPARE * 2)] = []) -> HTMLResponse:  # noqa: B006
-    """Two runs or more: their overlaid charts; fewer: pick them among the newest ended runs."""
-    need(request, "viewer")
-    ids = _compare_ids(run)
-    with request.app.state.web.sessions() as s:
-        chosen = []
-        for rid in ids:
-            r = queries.get_run(s, rid)
-            chosen.append({"id": r.id, "suite": r.suite_name, "host": r.host, "state": r.state,
-                           "ended_at": r.ended_at})
-        recent, _nxt = queries.list_runs(s, limit=50)
-    return render(request, "compare.html", chosen=chosen, recent=recent, selected=set(ids),
-                  view_qs=urlencode([("run", rid) for rid in ids]))
-
-
-@router.get("/compare/view", response_class=HTMLResponse)
-def compare_frame(request: Request,
-                  run: Annotated[list[str], Query(max_length=MAX_COMPARE * 2)] = []) -> HTMLResponse:  # noqa: B006
-    need(request, "viewer")
-    ids = _compare_ids(run)
-    if len(ids) < 2:
-        raise InputError("run", [Problem("run", "pick two runs or more to compare")])
-    with request.app.state.web.sessions() as s:
-        for rid in ids:
-            queries.get_run(s, rid)
-    return _report_response(_draw(request, "compare", ids))
+    return report_response(draw(request, "report", [run_id]))
