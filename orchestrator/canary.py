@@ -231,3 +231,62 @@ def on_run_end(s: Session, run: Run, now: float) -> Verdict | None:
     if q is not None:
         log.info("device %s quarantined by its canary", run.device, extra=extra)
     return verdict
+
+
+# --- what labctl canary and the web API share: a DUT's canary name, and the canaries with their verdicts -----
+
+NAME_MAX = 64              # a schedule name's limit (labcontract.protocol.ScheduleAdd)
+DEFAULT_CRON = "0 3 * * *"
+# a canary that could not start within this long after its firing expires: the DUT was busy (a review) or
+# quarantined, and stale canaries must not pile up in the queue
+EXPIRES_AFTER_S = 6 * 3600
+SOURCE = "labctl canary"   # what a refusal of a DUT or of a name is about, both ways (labctl, the web API)
+
+
+def resolve(s: Session, host: str, device: str) -> tuple[str, str]:
+    """(name, path) of a declared DUT of ``host`` named by name, path or by-id link; every problem of the target
+    at once (SubmissionError)."""
+    from labcontract.errors import Problem, SubmissionError
+    from orchestrator.runs.submission import submission_problems
+    from orchestrator.store.models import find_device
+
+    problems = submission_problems(s, host, [device])
+    h = s.get(Host, host)
+    dev = find_device(h, device) if h is not None and not problems else None
+    if dev is None:
+        raise SubmissionError(SOURCE, problems or [Problem("DEVICE", f"{device!r}: not found")])
+    return dev.name, dev.path
+
+
+def checked_name(host: str, device_name: str) -> str:
+    """The canary schedule's name of a DUT; SubmissionError when it is longer than a schedule name may be."""
+    from labcontract.errors import Problem, SubmissionError
+
+    name = schedule_name(host, device_name)
+    if len(name) > NAME_MAX:
+        raise SubmissionError(SOURCE, [Problem("", f"schedule name {name!r} is longer than {NAME_MAX} "
+                                                   "characters (a shorter host or DUT name is needed)")])
+    return name
+
+
+def listing(s: Session) -> list[dict[str, object]]:
+    """Every canary schedule with its DUT's last verdict, as ``labctl canary list`` shows it (with or without
+    ``--api``: GET /api/canaries answers these)."""
+    out: list[dict[str, object]] = []
+    for sch in s.scalars(select(Schedule).where(Schedule.name.startswith("canary.")).order_by(Schedule.name)):
+        sub = sch.submit or {}
+        host = s.get(Host, str(sub.get("host")))
+        devices = sub.get("devices") or []
+        dev = health.device_of(host, str(devices[0])) if host is not None and devices else None
+        entry = (host.health or {}).get(f"{CHECK} {dev.path}") if host is not None and dev is not None else None
+        verdict = "-"
+        if isinstance(entry, dict):
+            fails = int(entry.get("fails") or 0)
+            verdict = ("DRIFT" + (f" x{fails}" if fails > 1 else "") + ": " if fails else "ok: ") \
+                + str(entry.get("detail") or "")
+        if dev is not None and dev.quarantined_at is not None:
+            verdict = f"QUARANTINED: {dev.quarantine_reason}"
+        out.append({"name": sch.name, "cron": sch.cron, "quarantine": sub.get("actor") == QUARANTINE_ACTOR,
+                    "next_fire_at": sch.next_fire_at, "disabled_reason": sch.disabled_reason or "",
+                    "last_run_id": sch.last_run_id, "verdict": verdict, "last_error": sch.last_error or ""})
+    return out

@@ -193,6 +193,17 @@ class ApiClient:
     def schedules(self) -> list[dict[str, Any]]:
         return self._list("/api/schedules")
 
+    def canaries(self) -> list[dict[str, Any]]:
+        """The canary schedules with their DUTs' last verdicts (``labctl canary list``)."""
+        return self._list("/api/canaries")
+
+    def canary_dut(self, host: str, device: str) -> str:
+        """The name of ``host``'s declared DUT ``device`` (a name, path or by-id link), as its canary is named."""
+        got = self._object("GET", "/api/canaries/dut", [("host", host), ("device", device)], source="labctl canary")
+        if not isinstance(got.get("device"), str) or not got["device"]:
+            raise ServiceError("GET /api/canaries/dut: the answer names no device")
+        return str(got["device"])
+
     def suites(self) -> list[Any]:
         got = self._json("GET", "/api/suites")
         if not isinstance(got, list):
@@ -316,6 +327,15 @@ class ApiClient:
         return self._run_command(run_id, "rerun")
 
     # --- admin ----------------------------------------------------------------------------------
+
+    def canary_add(self, host: str, device: str, *, cron: str, quarantine: bool = False, priority: int = 0,
+                   source: str = "canary") -> dict[str, Any]:
+        return self._object("POST", "/api/canaries", body={"host": host, "device": device, "cron": cron,
+                                                           "quarantine": quarantine, "priority": priority},
+                            source=source)
+
+    def schedule_remove(self, name: str) -> dict[str, Any]:
+        return self._object("DELETE", f"/api/schedules/{_seg(name)}")
 
     def release(self, host: str, device: str | None = None) -> dict[str, Any]:
         return self._object("POST", f"/api/hosts/{_seg(host)}/release", body={"device": device})

@@ -1,50 +1,46 @@
 """``labctl canary``: a canary per DUT, a thin layer over schedules (one named ``canary.<host>.<device name>``
-running the built-in ``canary`` suite); the judgement is the controller's (:mod:`orchestrator.canary`)."""
+running the built-in ``canary`` suite); the judgement is the controller's (:mod:`orchestrator.canary`).
+
+With ``--api URL --token-file F`` every command goes through the web service (GET /api/canaries,
+GET /api/canaries/dut, POST /api/canaries, DELETE /api/schedules/{name}) and prints what it prints against the
+store and the broker, refusals included."""
 
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from labcontract.errors import Problem, SubmissionError
+from labcontract.errors import NotFound, Problem, SubmissionError
 from labcontract.limits import MAX_PRIORITY
 from orchestrator.labctl.common import State, fails_cleanly, out, reply_or_fail, sessions_or_fail
+
+if TYPE_CHECKING:
+    from orchestrator.labctl.api import ApiClient
 
 canary_app = typer.Typer(help="A short read-only canary per DUT on a schedule, judged against the DUT's own "
                               "history; a drift flags (optionally quarantines) the device.", no_args_is_help=True)
 
-DEFAULT_CRON = "0 3 * * *"
-# a canary that could not start within this long after its firing expires: the DUT was busy (a review) or
-# quarantined, and stale canaries must not pile up in the queue
-EXPIRES_AFTER_S = 6 * 3600
-NAME_MAX = 64        # a schedule name's limit (labcontract.protocol.ScheduleAdd)
+DEFAULT_CRON = "0 3 * * *"         # orchestrator.canary.DEFAULT_CRON (not imported at labctl's start)
 
 
-def _device_name(host: str, device: str) -> tuple[str, str]:
-    """(name, path) of a declared DUT named by name, path or by-id link; every problem of the target at once."""
-    from orchestrator.runs.submission import submission_problems
-    from orchestrator.store.models import Host, find_device
+def _api() -> ApiClient | None:
+    from orchestrator.labctl.apicmds import api_client
 
+    return api_client()
+
+
+def _device_name(api: ApiClient | None, host: str, device: str) -> str:
+    """The name of a declared DUT named by name, path or by-id link; SubmissionError naming every problem of the
+    target (the same both ways: the service judges it with the same code, orchestrator.canary.resolve)."""
+    from orchestrator.canary import resolve
+
+    if api is not None:
+        return api.canary_dut(host, device)
     with sessions_or_fail()() as s:
-        problems = submission_problems(s, host, [device])
-        h = s.get(Host, host)
-        dev = find_device(h, device) if h is not None and not problems else None
-        if dev is None:
-            raise SubmissionError("labctl canary", problems or [Problem("DEVICE", f"{device!r}: not found")])
-        return dev.name, dev.path
-
-
-def _checked_name(host: str, dev_name: str) -> str:
-    from orchestrator.canary import schedule_name
-
-    name = schedule_name(host, dev_name)
-    if len(name) > NAME_MAX:
-        raise SubmissionError("labctl canary", [Problem("", f"schedule name {name!r} is longer than {NAME_MAX} "
-                                                            "characters (a shorter host or DUT name is needed)")])
-    return name
+        return resolve(s, host, device)[0]
 
 
 @canary_app.command("add")
@@ -60,14 +56,29 @@ def canary_add(
                                           help="Queue priority of each canary run.")] = 0,
 ) -> None:
     """Run the built-in canary suite on a DUT on a schedule (default nightly at 03:00)."""
+    from labcontract.suite import load_suite
+    from orchestrator.canary import SUITE, checked_name
+    from orchestrator.runs.cron import cron_problem
+
+    api = _api()
+    name = checked_name(host, _device_name(api, host, device))
+    if api is not None:
+        source = load_suite(SUITE).source        # what the direct command names in its refusals: the same
+        if (why := cron_problem(cron, time.time())) is not None:
+            raise SubmissionError(source, [Problem("--cron", why)])
+        api.canary_add(host, device, cron=cron, quarantine=quarantine, priority=priority, source=source)
+    else:
+        _add_direct(host, device, name, cron, quarantine, priority)
+    print(f"canary {name} added ({cron}{', quarantines on drift' if quarantine else ''})")
+
+
+def _add_direct(host: str, device: str, name: str, cron: str, quarantine: bool, priority: int) -> None:
     from labcontract.protocol import ScheduleAdd, Submit
     from labcontract.transport import redis_client
-    from orchestrator.canary import QUARANTINE_ACTOR, SUITE
+    from orchestrator.canary import EXPIRES_AFTER_S, QUARANTINE_ACTOR, SUITE
     from orchestrator.runs.client import ControllerClient, _reply_to, check_submission
     from orchestrator.runs.cron import cron_problem
 
-    dev_name, _path = _device_name(host, device)
-    name = _checked_name(host, dev_name)
     suite = check_submission(SUITE, host, [device], sessions_or_fail())
     if (why := cron_problem(cron, time.time())) is not None:     # the controller's own check, before sending
         raise SubmissionError(suite.source, [Problem("--cron", why)])
@@ -78,41 +89,34 @@ def canary_add(
     reply = client._call(ScheduleAdd(name=name, cron=cron, submit=template, expires_after_s=EXPIRES_AFTER_S,
                                      actor=client.actor, reply_to=reply_to), reply_to)
     reply_or_fail(reply, suite.source)
-    print(f"canary {name} added ({cron}{', quarantines on drift' if quarantine else ''})")
+
+
+def _str(value: Any, n: int = 200) -> str:
+    return "" if value is None else str(value)[:n]
 
 
 @canary_app.command("list")
 @fails_cleanly
 def canary_list() -> None:
     """Canary schedules and each DUT's last verdict."""
-    from sqlalchemy import select
+    from orchestrator.canary import listing
 
-    from orchestrator.canary import CHECK, QUARANTINE_ACTOR
-    from orchestrator.runs.health import device_of
-    from orchestrator.store.models import Host, Schedule
+    def when(t: Any) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if isinstance(t, (int, float)) and t else "-"
 
-    def when(t: float | None) -> str:
-        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
-
+    if (api := _api()) is not None:
+        rows = api.canaries()
+    else:
+        with sessions_or_fail()() as s:
+            rows = listing(s)
     table = Table("canary", "cron", "quarantine", "next", "last run", "verdict")
-    with sessions_or_fail()() as s:
-        for sch in s.scalars(select(Schedule).where(Schedule.name.startswith("canary.")).order_by(Schedule.name)):
-            sub = sch.submit or {}
-            host = s.get(Host, str(sub.get("host")))
-            devices = sub.get("devices") or []
-            dev = device_of(host, str(devices[0])) if host is not None and devices else None
-            entry = (host.health or {}).get(f"{CHECK} {dev.path}") if host is not None and dev is not None else None
-            verdict = "-"
-            if isinstance(entry, dict):
-                fails = int(entry.get("fails") or 0)
-                verdict = ("DRIFT" + (f" x{fails}" if fails > 1 else "") + ": " if fails else "ok: ") \
-                    + str(entry.get("detail") or "")
-            if dev is not None and dev.quarantined_at is not None:
-                verdict = f"QUARANTINED: {dev.quarantine_reason}"
-            table.add_row(sch.name, sch.cron, "yes" if sub.get("actor") == QUARANTINE_ACTOR else "no",
-                          "DISABLED: " + sch.disabled_reason if sch.disabled_reason else when(sch.next_fire_at),
-                          sch.last_run_id or "-",
-                          verdict + (f" (schedule error: {sch.last_error[:60]})" if sch.last_error else ""))
+    for r in rows:
+        error = _str(r.get("last_error"), 60)
+        disabled = _str(r.get("disabled_reason"), 2000)
+        table.add_row(_str(r.get("name")), _str(r.get("cron")), "yes" if r.get("quarantine") is True else "no",
+                      "DISABLED: " + disabled if disabled else when(r.get("next_fire_at")),
+                      _str(r.get("last_run_id")) or "-",
+                      _str(r.get("verdict"), 2000) + (f" (schedule error: {error})" if error else ""))
     out.print(table)
 
 
@@ -123,13 +127,22 @@ def canary_remove(
     device: Annotated[str, typer.Argument(help="Declared DUT: name, path or by-id link.")],
 ) -> None:
     """Remove a DUT's canary schedule (its history and last verdict stay)."""
-    from labcontract.transport import redis_client
-    from orchestrator.runs.client import ControllerClient
+    from orchestrator.canary import checked_name
 
+    api = _api()
     try:
-        dev_name = _device_name(host, device)[0]
+        dev_name = _device_name(api, host, device)
     except SubmissionError:
         dev_name = device          # a DUT no longer declared: its schedule is named after what it was
-    name = _checked_name(host, dev_name)
-    reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
+    name = checked_name(host, dev_name)
+    if api is not None:
+        try:
+            api.schedule_remove(name)
+        except NotFound:                      # as the controller answers labctl: the same refusal both ways
+            raise SubmissionError(name, [Problem("", f"no schedule {name!r}")]) from None
+    else:
+        from labcontract.transport import redis_client
+        from orchestrator.runs.client import ControllerClient
+
+        reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
     print(f"canary {name} removed")

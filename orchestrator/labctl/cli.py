@@ -76,7 +76,8 @@ def main_options(
                                                     help="Key of --broker-cert.")] = None,
     api: Annotated[str | None, typer.Option(envvar="LAB_API_URL", help="Work through the web service's REST API "
                                             "at this URL (submit, cancel, pause, resume, rerun, runs, run show, "
-                                            "queue, hosts, report --html, export, compare, regressions and ack): "
+                                            "queue, hosts, report --html, export, compare, regressions and ack, "
+                                            "canary): "
                                             "no store "
                                             "or broker needed.")]
     = None,

@@ -86,10 +86,12 @@ def test_admin_tokens_through_the_api(web: WebHandle) -> None:  # noqa: F811
         api(web, "engineer").tokens()
 
 
-def api_labctl(web: WebHandle, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:  # noqa: F811
-    """labctl through ``--api`` with a viewer's token and nowhere to read a store from: only the API can answer."""
-    token_file = tmp_path / "viewer.token"
-    token_file.write_text(web.tokens["viewer"] + "\n")
+def api_labctl(web: WebHandle, tmp_path: Path,  # noqa: F811
+               role: str = "viewer") -> Callable[..., subprocess.CompletedProcess[str]]:
+    """labctl through ``--api`` with a token of ``role`` (a viewer's unless told) and nowhere to read a store
+    from: only the API can answer."""
+    token_file = tmp_path / f"{role}.token"
+    token_file.write_text(web.tokens[role] + "\n")
     os.chmod(token_file, 0o600)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAB_")}
 
@@ -271,3 +273,64 @@ def test_watch_is_the_same_with_and_without_api(web: WebHandle, tmp_path: Path) 
         text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw.decode())
         return re.findall(r"[^\s─━═┃│┏┓┗┛┡┩└┘├┤┬┴┼╇╈╋]+", text)
     assert words(there) == words(here) and "100%" in words(here)
+
+
+def test_canary_is_the_same_with_and_without_api(web: WebHandle, tmp_path: Path) -> None:  # noqa: F811
+    """``labctl canary add / list / remove`` through ``--api`` (an admin's token: a canary is a schedule) print what
+    they print against the store and the broker, refusals included: an unknown DUT, a bad cron, a canary added
+    twice, one removed twice; a viewer's token may list canaries but not add or remove one (issue 27: labctl canary
+    worked against the local store and broker only)."""
+    host = web.lab.host
+    as_admin, as_viewer = api_labctl(web, tmp_path, "admin"), api_labctl(web, tmp_path)
+
+    def same(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        local, remote = web.lab.labctl(*args), as_admin(*args)
+        assert (local.returncode == 0) is ok and remote.returncode == local.returncode, (args, local, remote)
+        assert remote.stdout == local.stdout, (args, local.stdout, remote.stdout)
+        assert remote.stderr == local.stderr, (args, local.stderr, remote.stderr)
+        return local
+
+    empty = same("canary", "list")
+    assert "canary" in empty.stdout and f"canary.{host}." not in empty.stdout
+    unknown = same("canary", "add", host, "dut7", ok=False)
+    assert "'dut7' is not a declared DUT of host" in unknown.stderr and "labctl canary" in unknown.stderr
+    assert "unknown host 'nohost'" in same("canary", "add", "nohost", "dut0", ok=False).stderr
+    assert "--cron" in same("canary", "add", host, "dut0", "--cron", "61 * * * *", ok=False).stderr
+    refused = as_viewer("canary", "add", host, "dut0")
+    assert refused.returncode == 1 and "not allowed" in refused.stderr and "admin" in refused.stderr, refused
+    assert as_admin("canary", "list").stdout == empty.stdout          # nothing added by the refusals
+
+    # one canary added each way (dut1 by its path, as a user may name it), each printed the same way
+    path1 = next(d["path"] for h in api(web, "viewer").hosts() for d in h["devices"] if d["name"] == "dut1")
+    local = web.lab.labctl("canary", "add", host, "dut0")
+    remote = as_admin("canary", "add", host, path1, "--quarantine", "--priority", "5", "--cron", "30 2 * * *")
+    assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+    assert local.stdout == f"canary canary.{host}.dut0 added (0 3 * * *)\n"
+    assert remote.stdout == f"canary canary.{host}.dut1 added (30 2 * * *, quarantines on drift)\n"
+    twice = same("canary", "add", host, "dut1", ok=False)              # the controller's refusal, both ways
+    assert f"schedule 'canary.{host}.dut1' exists" in twice.stderr
+    schedules = {s["name"]: s for s in api(web, "viewer").schedules()}
+    assert schedules[f"canary.{host}.dut1"]["priority"] == 5 and schedules[f"canary.{host}.dut1"]["suite"]
+
+    # a canary run (its history too short to judge) gives dut0 a verdict: listed the same way, to a viewer too
+    rid = api(web, "engineer").submit(host, ["dut0"], suite="canary", scale=0.05, source="canary")
+    wait_for(lambda: "history too short" in web.lab.labctl("canary", "list").stdout, 120,
+             f"canary run {rid} to be judged", interval=0.3)
+    listed = same("canary", "list")
+    assert as_viewer("canary", "list").stdout == listed.stdout
+    rows = {line.split()[1]: line for line in listed.stdout.splitlines() if f"canary.{host}." in line}
+    assert set(rows) == {f"canary.{host}.dut0", f"canary.{host}.dut1"}, listed.stdout
+    assert "ok: history too short (0 of 8)" in rows[f"canary.{host}.dut0"]
+    assert " yes " in rows[f"canary.{host}.dut1"] and " no " in rows[f"canary.{host}.dut0"]
+
+    # removed each way (the one added here through the API, the other's by its path), then refused both ways
+    refused = as_viewer("canary", "remove", host, "dut0")
+    assert refused.returncode == 1 and "not allowed" in refused.stderr, refused
+    local, remote = web.lab.labctl("canary", "remove", host, path1), as_admin("canary", "remove", host, "dut0")
+    assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+    assert (local.stdout, remote.stdout) == (f"canary canary.{host}.dut1 removed\n",
+                                             f"canary canary.{host}.dut0 removed\n")
+    gone = same("canary", "remove", host, "dut0", ok=False)
+    assert f"no schedule 'canary.{host}.dut0'" in gone.stderr
+    assert f"no schedule 'canary.{host}.dut7'" in same("canary", "remove", host, "dut7", ok=False).stderr
+    assert same("canary", "list").stdout == empty.stdout

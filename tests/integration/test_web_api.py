@@ -31,12 +31,13 @@ EXPECTED_ROLES: dict[tuple[str, str], str] = {
         "/api/artifacts/{artifact_id}", "/api/runs/{run_id}/report", "/api/report", "/api/compare",
         "/api/runs/{run_id}/export",
         "/api/runs/{run_id}/live", "/api/hosts", "/api/queue", "/api/schedules", "/api/suites",
-        "/api/regressions", "/api/runs/{run_id}/show", "/api/runs/{run_id}/watch", "/api/hosts/show")},
+        "/api/regressions", "/api/runs/{run_id}/show", "/api/runs/{run_id}/watch", "/api/hosts/show",
+        "/api/canaries", "/api/canaries/dut")},
     **{("POST", p): "engineer" for p in (
         "/api/runs", "/api/runs/{run_id}/cancel", "/api/runs/{run_id}/pause", "/api/runs/{run_id}/resume",
         "/api/runs/{run_id}/rerun", "/api/regressions/{regression_id}/ack")},
     ("POST", "/api/hosts/{host}/release"): "admin", ("POST", "/api/schedules"): "admin",
-    ("DELETE", "/api/schedules/{name}"): "admin", ("GET", "/api/tokens"): "admin",
+    ("DELETE", "/api/schedules/{name}"): "admin", ("POST", "/api/canaries"): "admin", ("GET", "/api/tokens"): "admin",
     ("POST", "/api/tokens"): "admin", ("DELETE", "/api/tokens/{name}"): "admin",
 }
 # the pages (orchestrator.web.pages; not in the OpenAPI document) and the role each needs (None: anyone)

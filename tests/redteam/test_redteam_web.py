@@ -235,6 +235,7 @@ def test_roles_are_enforced_on_the_api(web: WebHandle) -> None:  # noqa: F811
                                    ("DELETE", f"/api/tokens/{token_name(web, 'admin')}", None),
                                    ("POST", "/api/schedules", {"name": "s", "cron": "* * * * *", "suite": "demo"}),
                                    ("DELETE", "/api/schedules/s", None),
+                                   ("POST", "/api/canaries", {"host": web.lab.host, "device": "dut0"}),
                                    ("POST", f"/api/hosts/{web.lab.host}/release", {})):
             r = c.request(method, path, json=body)
             assert r.status_code == 403, (role, method, path, r.text[:200])

@@ -151,3 +151,11 @@ def test_without_the_flag_nothing_is_quarantined(db: sessionmaker[Session]) -> N
         host = s.get(Host, "h1")
         assert host is not None and host.devices[0].quarantined_at is None
         assert host.health[f"canary {PATH}"]["fails"] == 1
+
+
+def test_labctl_and_the_web_api_add_a_canary_alike() -> None:
+    """labctl keeps its own copy of the default cron (orchestrator.canary is not imported at its start)."""
+    from orchestrator import canary
+    from orchestrator.labctl import canary as labctl_canary
+
+    assert labctl_canary.DEFAULT_CRON == canary.DEFAULT_CRON

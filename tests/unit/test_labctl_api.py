@@ -331,3 +331,30 @@ def test_runs_table_follows_the_cursor_and_tolerates_odd_fields(stub: Stub) -> N
         assert rid in text
     assert "token:alice" in text and len(stub.seen) == 2
     assert "state=SUCCEEDED" in stub.seen[1].path and "before=c1" in stub.seen[1].path
+
+
+def test_canary_routes(stub: Stub) -> None:
+    """``labctl canary`` through the API: the DUT resolved by the service (its refusal named as labctl names it),
+    a canary added with every field, removed as its schedule, listed."""
+    stub.on("GET", "/api/canaries/dut", js(200, {"host": "h1", "device": "nvme0", "path": "/dev/nvme0n1",
+                                                  "name": "canary.h1.nvme0"}))
+    stub.on("POST", "/api/canaries", js(201, {"ok": True, "name": "canary.h1.nvme0"}))
+    stub.on("DELETE", "/api/schedules/canary.h1.nvme0", js(200, {"ok": True}))
+    stub.on("GET", "/api/canaries", js(200, [{"name": "canary.h1.nvme0", "verdict": "-"}]))
+    api = client(stub)
+    assert api.canary_dut("h1", "/dev/disk/by-id/nvme-X") == "nvme0"
+    assert stub.seen[-1].path == "/api/canaries/dut?host=h1&device=%2Fdev%2Fdisk%2Fby-id%2Fnvme-X"
+    api.canary_add("h1", "nvme0", cron="0 4 * * *", quarantine=True, priority=3, source="canary.yaml")
+    assert json.loads(stub.seen[-1].body) == {"host": "h1", "device": "nvme0", "cron": "0 4 * * *",
+                                              "quarantine": True, "priority": 3}
+    api.schedule_remove("canary.h1.nvme0")
+    assert stub.seen[-1].method == "DELETE"
+    assert api.canaries() == [{"name": "canary.h1.nvme0", "verdict": "-"}]
+    stub.on("GET", "/api/canaries/dut", err(422, "1 problem", [{"where": "--device", "problem": "'x' is not a "
+                                                                                               "declared DUT"}]))
+    with pytest.raises(SubmissionError) as e:
+        api.canary_dut("h1", "x")
+    assert e.value.source == "labctl canary" and str(e.value.problems[0]) == "--device: 'x' is not a declared DUT"
+    stub.on("GET", "/api/canaries/dut", js(200, {"device": 7}))
+    with pytest.raises(ServiceError):
+        api.canary_dut("h1", "x")

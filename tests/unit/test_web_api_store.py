@@ -263,3 +263,50 @@ def test_bodies_over_the_limit_are_413_declared_or_chunked(api: tuple[TestClient
     assert r.status_code == 413, r.text
     small = client.post("/api/runs", content=iter([b'{"suite": ', b'"nope"}']), headers=h)
     assert small.status_code == 422 and "no built-in suite" in small.text      # a chunked body under the limit
+
+
+def test_canaries_listed_and_their_duts_resolved(api: tuple[TestClient, dict[str, str]]) -> None:
+    """GET /api/canaries: each canary schedule with its quarantine flag and its DUT's last verdict; GET
+    /api/canaries/dut: a DUT by name or path and its canary's name, or every problem (labctl's own, 422); POST
+    /api/canaries refuses an unknown DUT before anything is sent (no broker here)."""
+    from orchestrator.canary import QUARANTINE_ACTOR
+    from orchestrator.store.models import Schedule
+
+    client, tokens = api
+    with STORE["db"].begin() as s:
+        s.add(Schedule(name="canary.h1.dut0", cron="0 3 * * *", submit={"host": "h1", "devices": ["dut0"],
+                                                                        "actor": QUARANTINE_ACTOR},
+                       next_fire_at=T0, created_at=T0))
+        h1 = s.get(Host, "h1")
+        assert h1 is not None
+        h1.health = {**h1.health, "canary /dev/h1d0": {"fails": 2, "detail": "drift against its 8-run history"}}
+    try:
+        rows = _get(api, "/api/canaries")
+        assert [(r["name"], r["quarantine"], r["verdict"]) for r in rows] == [
+            ("canary.h1.dut0", True, "DRIFT x2: drift against its 8-run history")]
+        got = _get(api, "/api/canaries/dut", host="h1", device="/dev/h1d0")
+        assert got == {"host": "h1", "device": "dut0", "path": "/dev/h1d0", "name": "canary.h1.dut0"}
+        viewer = {"Authorization": f"Bearer {tokens['viewer']}"}
+        r = client.get("/api/canaries/dut", params={"host": "h1", "device": "dut9"}, headers=viewer)
+        assert r.status_code == 422 and "'dut9' is not a declared DUT of host h1" in r.json()["errors"][0]["problem"]
+        r = client.get("/api/canaries/dut", params={"host": "nohost", "device": "dut0"}, headers=viewer)
+        assert r.status_code == 422 and "unknown host 'nohost'" in r.json()["errors"][0]["problem"]
+        r = client.get("/api/canaries/dut", params={"host": "h1", "device": "d\x00"}, headers=viewer)
+        assert r.status_code == 422
+        admin = {"Authorization": f"Bearer {tokens['admin']}"}
+        r = client.post("/api/canaries", json={"host": "h1", "device": "dut9"}, headers=admin)
+        assert r.status_code == 422 and "'dut9' is not a declared DUT" in r.text
+        for body in ({"host": "h1", "device": "dut0", "priority": 10**7}, {"host": "h1", "device": "dut0",
+                                                                         "quarantine": "yes"},
+                     {"host": "h1", "device": "dut0", "actor": "token:admin"}, {"host": "h1", "device": "x" * 513}):
+            assert client.post("/api/canaries", json=body, headers=admin).status_code == 422, body
+        r = client.post("/api/canaries", json={"host": "h1", "device": "dut0"},
+                        headers={"Authorization": f"Bearer {tokens['engineer']}"})
+        assert r.status_code == 403
+    finally:
+        with STORE["db"].begin() as s:
+            sch, h1 = s.get(Schedule, "canary.h1.dut0"), s.get(Host, "h1")
+            if sch is not None:
+                s.delete(sch)
+            if h1 is not None:
+                h1.health = {k: v for k, v in h1.health.items() if not k.startswith("canary ")}

@@ -8,5 +8,6 @@ ROUTERS: tuple[str, ...] = (
     "orchestrator.web.api.control",
     "orchestrator.web.api.admin",
     "orchestrator.web.api.regressions",
+    "orchestrator.web.api.canary",
     "orchestrator.web.live",          # GET /api/runs/{run_id}/live (server-sent events; helper H3's module)
 )

@@ -10,14 +10,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from labcontract.limits import MAX_PRIORITY
 from labcontract.protocol import MAX_ROUNDS_CAP, TokenName
 from labcontract.suite import MAX_REPEAT, MAX_RUNTIME_S, MAX_SUITE_BYTES
+from orchestrator.canary import DEFAULT_CRON
 
 Value = str | int | float | bool | None
 Epoch = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
 HostName = Annotated[str, Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$")]
 StartHost = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 DeviceRef = Annotated[str, Field(pattern=r"^[A-Za-z0-9/_.:+@,=-]{1,512}$")]
+PRINTABLE = r"^[^\x00-\x1f\x7f]*$"       # no control character
 
 
 class Closed(BaseModel):
@@ -168,6 +171,27 @@ class ScheduleOut(BaseModel):
     disabled_reason: str = ""      # why the controller disabled it ("": it fires); it never fires again until re-added
 
 
+class CanaryOut(BaseModel):
+    """A canary schedule and its DUT's last verdict, as ``labctl canary list`` shows them."""
+
+    name: str
+    cron: str
+    quarantine: bool = Field(description="the DUT is quarantined at its canary's first drift")
+    next_fire_at: float | None
+    disabled_reason: str = Field(description="why the controller disabled the schedule (\"\": it fires)")
+    last_run_id: str | None
+    verdict: str = Field(description="ok / DRIFT [xN] with the judgement's detail, QUARANTINED with the reason, "
+                                     "or - (never judged)")
+    last_error: str
+
+
+class CanaryDut(BaseModel):
+    host: str
+    device: str = Field(description="the DUT's declared name")
+    path: str
+    name: str = Field(description="the name of its canary schedule: canary.<host>.<device>")
+
+
 class SuiteOut(BaseModel):
     name: str
     description: str = ""
@@ -236,6 +260,16 @@ class ScheduleBody(Closed):
     priority: Annotated[int, Field(ge=-1_000_000, le=1_000_000)] = 0
     live: bool = True
     expires_after_s: Annotated[int, Field(ge=0, le=10 * 365 * 86400)] | None = None
+
+
+class CanaryBody(Closed):
+    """``labctl canary add HOST DEVICE [--cron] [--quarantine] [--priority]``."""
+
+    host: Annotated[str, Field(min_length=1, max_length=256, pattern=PRINTABLE)]
+    device: Annotated[str, Field(min_length=1, max_length=512, pattern=PRINTABLE)]
+    cron: Annotated[str, Field(min_length=1, max_length=256, pattern=PRINTABLE)] = DEFAULT_CRON
+    quarantine: Annotated[bool, Field(strict=True)] = False
+    priority: Annotated[int, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY, strict=True)] = 0
 
 
 class TokenBody(Closed):
