@@ -41,7 +41,7 @@ from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
 from labcontract.errors import LabError
 from orchestrator.controller.transient import FaultLog, transient_kind
-from orchestrator.store.lease import DEFAULT_TTL_S, LEASE_NAME, LeaseView, absence, current, view_in, view_of
+from orchestrator.store.lease import DEFAULT_TTL_S, LEASE_NAME, LeaseView, view_of
 from orchestrator.store.models import ControllerLease
 
 log = logging.getLogger(__name__)
@@ -274,5 +274,4 @@ def take_lease(engine: Engine, *, standby: bool, stopping: threading.Event, ttl_
     return None
 
 
-__all__ = ["DEFAULT_TTL_S", "Lease", "LeaseHeld", "LeaseLost", "LeaseView", "absence", "current", "make_holder",
-           "migration_lock", "take_lease", "view_in"]
+__all__ = ["Lease", "LeaseHeld", "LeaseLost", "make_holder", "migration_lock", "take_lease"]

@@ -9,9 +9,10 @@ from uuid import uuid4
 import pytest
 from sqlalchemy import select
 
-from orchestrator.controller.lease import Lease, LeaseLost, current, migration_lock
+from orchestrator.controller.lease import Lease, LeaseLost, migration_lock
 from orchestrator.controller.transient import transient_kind
 from orchestrator.store.db import make_engine, migrate, sessions
+from orchestrator.store.lease import current
 from orchestrator.store.models import Schedule
 from tests.pg import PgServer, pg_server  # noqa: F401  (fixture, used by name)
 

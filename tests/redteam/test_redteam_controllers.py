@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from orchestrator.controller.lease import current
 from orchestrator.labs.lab import Lab, Proc, wait_for
 from orchestrator.store.db import make_engine, sessions
+from orchestrator.store.lease import current
 from orchestrator.store.models import Attempt, Result, Step
 from tests.conftest import QUICK_SUITE, THREE_STEPS, LabHandle
 

@@ -16,9 +16,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.protocol import Heartbeat, StepStarted, Submit
 from orchestrator.controller import Controller
-from orchestrator.controller.lease import Lease, LeaseLost, current
+from orchestrator.controller.lease import Lease, LeaseLost
 from orchestrator.controller.transient import FaultLog, transient_kind
 from orchestrator.store.db import make_engine, migrate, sessions
+from orchestrator.store.lease import current
 from orchestrator.store.models import Attempt, Host, Schedule
 from tests.unit.conftest import Clock, RecordingDispatcher
 from tests.unit.test_controller import SUITE
