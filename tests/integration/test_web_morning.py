@@ -18,8 +18,7 @@ import httpx
 import pytest
 
 from orchestrator.store.models import RegressionAck
-from tests.chromium import Chromium
-from tests.integration.test_web_browser import Browser, report_figures
+from tests.integration.test_web_browser import Browser, browser, report_figures  # noqa: F401  (its fixture)
 from tests.unit.test_history import DAY, T0, add_run, noisy
 from tests.webfix import WebHandle, web  # noqa: F401  (the module's lab and web service)
 
@@ -195,17 +194,6 @@ def test_compare_takes_the_chosen_baseline_and_shows_verdicts_first(web: WebHand
 
 
 # ------------------------------------------------------------------ both pages in Chromium
-
-
-@pytest.fixture
-def browser(chromium: Chromium, web: WebHandle) -> Iterator[Browser]:  # noqa: F811
-    b = Browser(chromium, web.url)
-    try:
-        yield b
-    finally:
-        b.close()
-        chromium.context.clear_cookies()
-        chromium.context.set_offline(True)      # as the shared fixture keeps it for report files
 
 
 def test_both_pages_in_a_browser_without_error(browser: Browser, web: WebHandle,  # noqa: F811
