@@ -82,7 +82,7 @@ def store_net(ctx: KindContext, s: Session, att: Attempt, raw: bytes) -> None:
     total = out["total"]
     io = out.get("io")
     if io is not None:           # tool block: fio's own figures for the device the paths carry
-        io = {**io, "series": netgroups.per_second(io.get("series", []))}
+        io = netgroups.checked_io(io)
         read, write = float(io["read_bw_bytes"]), float(io["write_bw_bytes"])
         lat = [(float(io["lat_mean_ns"]), 1.0)] if io.get("lat_mean_ns") else []
     else:

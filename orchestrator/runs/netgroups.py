@@ -119,6 +119,27 @@ def per_second(series: Any) -> list[list[float]]:
     return [buckets[k] for k in sorted(buckets)]
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_IO_NUMBERS = ("read_bw_bytes", "write_bw_bytes")
+_IO_OPTIONAL = ("lat_mean_ns", "lat_p99_ns", "iops", "gbps", "bytes", "seconds", "errors")
+
+
+def checked_io(io: Any) -> dict[str, Any]:
+    """An initiator's own I/O figures under tool ``block`` as ``net.json`` gives them (untrusted): finite numbers
+    of at least 0 (the bandwidths required, the others or null) and its series (:func:`per_second`, summed per
+    second). Raises ValueError / TypeError naming what is wrong."""
+    if not isinstance(io, dict):
+        raise TypeError(f"io: expected an object, got {type(io).__name__}")
+    bad = [k for k in _IO_NUMBERS if not (_number(io.get(k)) and io[k] >= 0)] + [
+        k for k in _IO_OPTIONAL if io.get(k) is not None and not (_number(io[k]) and io[k] >= 0)]
+    if bad:
+        raise ValueError(f"io: {', '.join(bad)} not a finite number of at least 0")
+    return {**io, "series": per_second(io.get("series", []))}
+
+
 _FAILURE_NUMBERS = ("stopped_at", "carried_on_s", "survivor_gbps")
 _FAILURE_OPTIONAL = ("resumed_at", "io_stalled_s")
 
@@ -129,15 +150,12 @@ def checked_failures(items: Any) -> list[dict[str, Any]]:
     surviving paths' names. Raises ValueError naming what is wrong."""
     if not isinstance(items, list) or len(items) > 64:
         raise ValueError("failures: expected a list of at most 64")
-
-    def number(v: Any) -> bool:
-        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
     for f in items:
         if not isinstance(f, dict) or not isinstance(f.get("path"), str) or len(f["path"]) > 64:
             raise ValueError(f"failures: not a path failure: {str(f)[:80]}")
         survivors = f.get("survivors", [])
-        bad = [k for k in _FAILURE_NUMBERS if not number(f.get(k))] + [
-            k for k in _FAILURE_OPTIONAL if f.get(k) is not None and not number(f[k])]
+        bad = [k for k in _FAILURE_NUMBERS if not _number(f.get(k))] + [
+            k for k in _FAILURE_OPTIONAL if f.get(k) is not None and not _number(f[k])]
         if bad or not isinstance(survivors, list) or len(survivors) > 8 or not all(
                 isinstance(x, str) and len(x) <= 64 for x in survivors):
             raise ValueError(f"failures: path {f['path'][:64]!r}: {', '.join(bad) or 'survivors'} not as expected")

@@ -16,7 +16,7 @@ from labcontract.errors import NetStepError, SuiteError
 from labcontract.protocol import NetStart
 from labcontract.suite import Workload, parse_suite
 from orchestrator.netreport import failure_lines
-from orchestrator.runs.netgroups import aggregate, checked_failures
+from orchestrator.runs.netgroups import aggregate, checked_failures, checked_io
 from orchestrator.store.models import NetGroup
 
 IQN = "iqn.2026-11.lab.storage:t1"
@@ -160,3 +160,22 @@ def test_the_job_is_refused_before_fio_when_it_would_write(tmp_path: Path) -> No
     with pytest.raises(NetStepError, match="tool block only reads"):
         run_block({"paths": []}, BlockTarget("/dev/sdb", {"a": "sdb"}), w, tmp_path)
     assert not (tmp_path / "block.fio").exists()
+
+
+@pytest.mark.parametrize("bad", [
+    "x", {}, {"read_bw_bytes": 1.0}, {"read_bw_bytes": "1", "write_bw_bytes": 0},
+    {"read_bw_bytes": float("nan"), "write_bw_bytes": 0}, {"read_bw_bytes": -1, "write_bw_bytes": 0},
+    {"read_bw_bytes": 1, "write_bw_bytes": 0, "lat_mean_ns": float("inf")},
+    {"read_bw_bytes": 1, "write_bw_bytes": 0, "errors": True},
+    {"read_bw_bytes": 1, "write_bw_bytes": 0, "series": [["a", 1, 2, 3]]},
+    {"read_bw_bytes": 1, "write_bw_bytes": 0, "series": "x"},
+])
+def test_an_agents_io_figures_that_are_not_finite_numbers_are_refused(bad: Any) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        checked_io(bad)
+
+
+def test_an_agents_io_figures_are_kept_with_their_series_per_second() -> None:
+    io = checked_io({"read_bw_bytes": 2e6, "write_bw_bytes": 0, "lat_mean_ns": 4e6, "lat_p99_ns": None,
+                     "series": [[100.0, 100.5, 1e6, 60.0], [100.5, 101.0, 1e6, 62.0]]})
+    assert io["series"] == [[100.0, 101.0, 2e6, 122.0]] and io["lat_mean_ns"] == 4e6
