@@ -185,3 +185,18 @@ def test_iscsi_playbooks_check_their_nics(playbook: str, host: str, override: di
                          capture_output=True, text=True, env=ansible_env(), cwd=PLAYBOOKS)
     assert res.returncode != 0
     assert "Check the iSCSI variables" in res.stdout and expected in res.stdout + res.stderr, res.stdout
+
+
+@pytest.mark.parametrize("iscsi", [
+    {"iqn": 'iqn.2026-11.lab.example:t", RUN+="/bin/sh -c id'},          # would close the rule's match
+    {"iqn": "iqn.2026-11.lab.example:rd630-tgt", "reader": 'storagelab:rwx $devnode", RUN+="/bin/id'},
+    {"iqn": "iqn.2026-11.lab.example:rd630-tgt", "reader": "Root"},
+])
+def test_the_initiator_refuses_an_iqn_or_reader_that_would_write_into_its_udev_rule(iscsi: dict[str, str]) -> None:
+    extra = json.dumps({**AS_LOCAL, "iscsi": iscsi})
+    res = subprocess.run([str(VENV_BIN / "ansible-playbook"), "--check", "-i", str(ROOT / "inventory/example"),
+                          "--limit", "rd630-ini", "iscsi_initiator.yml", "-e", extra],
+                         capture_output=True, text=True, env=ansible_env(), cwd=PLAYBOOKS)
+    assert res.returncode != 0
+    assert "Check the IQN and the reader the read rule is written with" in res.stdout, res.stdout[-3000:]
+    assert "both are written into the agent's udev read rule" in res.stdout, res.stdout[-3000:]
