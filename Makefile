@@ -6,12 +6,13 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LAB_DIR ?= $(CURDIR)/.lab
+# more labctl demo options, e.g. DEMO_ARGS="--notify-file /tmp/runs.jsonl" (kept in the lab file's [notify])
+DEMO_ARGS ?=
 # the Ansible collections of requirements.yml (ansible-core carries ansible.builtin only); playbooks/ansible.cfg's
 # collections_path names this directory, so it is fixed
 COLLECTIONS := $(CURDIR)/collections
 # test modules run on this many workers (pytest-xdist, a module's tests stay together): most tests wait on fio,
 # services and conditions, so three workers on two CPUs keep both busy (docs/performance.md, "The test suite");
-# .ci/run takes two, the VM tier beside them keeping the third CPU's worth busy
 TEST_JOBS ?= 3
 DEMO_PKGS := fio redis-server util-linux python3-venv
 # the VM tier (make vmtest, docs/vmlab.md): QEMU, the image builder, SSH into the guests
@@ -21,9 +22,9 @@ TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-
 .PHONY: demo test test-deps vmtest bench-vmlab lint typecheck unit integration bench system-deps system-test-deps vm-deps collections wheel clean
 
 demo: system-deps $(VENV)/.installed $(COLLECTIONS)/.installed
-	$(VENV)/bin/labctl --lab-dir $(LAB_DIR) demo
+	$(VENV)/bin/labctl --lab-dir $(LAB_DIR) demo $(DEMO_ARGS)
 
-# everything make test and make vmtest need, installed once (.ci/run runs the two side by side after it)
+# everything make test and make vmtest need, installed once (.ci/run runs the two one after the other after it)
 test-deps: system-test-deps vm-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 
 test: system-test-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
@@ -34,7 +35,7 @@ test: system-test-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 # The VM tier: real hosts as QEMU guests (their own kernel, systemd, NVMe controllers, dm-multipath) on a private
 # network namespace; site.yml deploys onto them. The guest image is built once from Debian's packages and cached
 # in $(VMLAB_CACHE) (about 2 GB). Under TCG (no nested KVM) it takes 23 to 28 minutes on 2 CPUs alone, 32 to 37
-# beside make test (.ci/run runs the two side by side).
+# beside make test; .ci/run runs it after make test, without its network module (.ci/run says why).
 VMLAB_CACHE ?= $(HOME)/.cache/storagelab/vmlab
 vmtest: system-test-deps vm-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 	STORAGELAB_VMLAB_CACHE=$(VMLAB_CACHE) $(VENV)/bin/pytest --vmlab tests/vmlab $(VMTEST_ARGS)

@@ -14,6 +14,8 @@ Layout under the agent's state directory::
         rc              fio's exit code, written by the wrapper shell when fio exits
         host-cpu.start  host-cpu.end   the ``cpu`` lines of /proc/stat just before and just after the process (Linux's
                         wrapper; labcontract.hostcpu)
+        host-power.json    the host's power while the process ran, read from its BMC (agents.power), when the kind
+                        samples it (StepKind.samples_power) and the agent has a BMC declared
         drive-health.json  the DUTs' health (NVMe smart-log / smartctl) before the launch and after the end, when the
                         kind reads it (StepKind.reads_health) and the agent has a source (agents.drivehealth)
         cancelled       present when the attempt was cancelled (holds the reason)
@@ -33,6 +35,7 @@ detached process group on Windows).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -55,10 +58,12 @@ from agents.kinds.fio import CheckedJob, checked_job
 from agents.kinds.net import net_spec
 from agents.kinds.purge import purge_script
 from agents.platform import Platform, current
+from agents.power import PowerSampler, RedfishPower, restarted
 from labcontract.drivehealth import ARTIFACT as HEALTH_ARTIFACT
 from labcontract.drivehealth import DriveHealth, HealthReading, parse_drive_health
 from labcontract.errors import FioError, LabError
 from labcontract.facts import DeclaredDut, NetPathDecl
+from labcontract.power import ARTIFACT as POWER_ARTIFACT
 from labcontract.protocol import ARTIFACT_MAX_BYTES, Artifact, StartStep, StepEnded
 
 log = logging.getLogger(__name__)
@@ -112,6 +117,8 @@ class FioRunner:
         self._releasing: dict[str, threading.Thread] = {}   # slow cleanups under way (StepKind.slow_cleanup)
         self.on_exit = on_exit      # called from a waiter thread the moment a child exits
         self.health: HealthSource | None = None   # reads the DUTs' health around a step (None: not read)
+        self.power: RedfishPower | None = None    # the host's BMC, read during a step (None: not measured)
+        self._power: dict[str, PowerSampler] = {}   # samplers of the attempts under way
 
     def attempt_path(self, attempt_id: str) -> Path:
         """The attempt's directory, inside the attempts directory (FioError for an id that is not path-safe)."""
@@ -186,6 +193,8 @@ class FioRunner:
             raise FioError(f"cannot start {argv[0]}: {e}") from e
         launched, launched_mono = time.time(), time.monotonic()
         self._children[msg.attempt_id] = proc
+        if self.power is not None and kind.samples_power:     # in its own thread: a BMC never delays the step
+            self._power[msg.attempt_id] = PowerSampler(self.power, done=lambda: proc.poll() is not None).start()
         if self.on_exit is not None:
             notify = self.on_exit
             threading.Thread(target=lambda: (proc.wait(), notify()), name=f"wait-{proc.pid}", daemon=True).start()
@@ -330,6 +339,7 @@ class FioRunner:
         self.read_health_after(attempt)
         st = attempt.state()
         rc = attempt.exit_code
+        self._write_power(attempt, kind=self.kind_of(attempt))
         arts, too_big = [], []
         kind = self.kind_of(attempt)
         names, tails = (kind.artifacts, kind.tails) if kind is not None else (kinds.all_artifacts(), ("fio.stderr",))
@@ -407,6 +417,24 @@ class FioRunner:
             tmp.replace(f)
         except (OSError, LabError) as e:
             log.warning("attempt %s: drive health after the step not recorded: %s", attempt.attempt_id, e)
+
+    def _write_power(self, attempt: Attempt, kind: StepKind | None) -> None:
+        """The attempt's ``host-power.json`` from its sampler (once; never raises, never waits for the BMC). An
+        attempt that has no sampler (the agent restarted while it ran) says its power was not measured."""
+        sampler = self._power.pop(attempt.attempt_id, None)
+        f = attempt.file(POWER_ARTIFACT)
+        if f.exists() or self.power is None or kind is None or not kind.samples_power:
+            if sampler is not None:
+                sampler.stop()
+            return
+        ended: float | None = None
+        with contextlib.suppress(OSError):
+            ended = attempt.file("rc").stat().st_mtime if attempt.file("rc").exists() else None
+        power = sampler.result(ended) if sampler is not None else restarted(self.power)
+        try:
+            f.write_text(power.model_dump_json())
+        except OSError as e:
+            log.warning("attempt %s: host power not recorded: %s", attempt.attempt_id, e)
 
     def mark_reported(self, attempt: Attempt) -> None:
         attempt.file("reported").write_text(f"{time.time()}\n")

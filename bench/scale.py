@@ -5,28 +5,28 @@ real store (SQLite, as deployed by default).
 * The controller is the real :class:`~orchestrator.controller.Controller`, built as its daemon builds
   it, in this process: each scheduler pass is timed, and the peak RSS is this process's. Its dispatcher
   also notes when each start is on its agent's queue.
-* The agents are simulated in ``--agent-procs`` other processes, each for its share of the hosts. For
-  each start they record the dispatch latency (controller's ``dispatched_at`` -> message taken off the
-  queue), answer ``step_started`` at once and ``step_ended`` ``--step-seconds`` later with a real fio
+* The agents are simulated (:mod:`bench.scalesim`) in ``--agent-procs`` other processes, each for its share
+  of the hosts. For each start they record the dispatch latency (controller's ``dispatched_at`` -> message
+  taken off the queue), answer ``step_started`` at once and ``step_ended`` ``--step-seconds`` later with a real fio
   json+ output (one fio run at start-up); every host heartbeats every 3 s.
 * ``--consumer redis`` (default) takes the messages off the queues as kombu's Redis transport does for
   the agents' Celery workers (BRPOP, the unacked hash and index of the visibility timeout, the ack), in a
   few Redis commands a message; ``--consumer kombu`` uses a kombu consumer on all the queues, whose 1-3 ms
   of Python a message, done in series for every host, delays each start behind the others of its burst
   (200 real agents do that work in parallel, each on its own host).
+* ``--storm-after SECONDS``: a heartbeat storm that long after the runs are queued: every simulated agent registers
+  again and heartbeats at once (a broker restart, a network back); the bench reports how long the controller took
+  to apply every registration and when the dispatch latency recovered.
 
 Run: ``python -m bench.scale`` (``--agents``, ``--steps-per-run``, ``--step-seconds``; any step count
-works, e.g. ``--steps-per-run 10`` for a short run).
+works, e.g. ``--steps-per-run 10`` for a short run; ``--agents 1000 --steps-per-run 10 --storm-after 30`` for a
+lab of 1,000 agents).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import collections
-import contextlib
 import gc
-import heapq
 import json
 import multiprocessing as mp
 import os
@@ -37,25 +37,11 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from labcontract.brokerauth import resolve
-from labcontract.facts import DeclaredDut, HostFacts
-from labcontract.protocol import (
-    COMMANDS_STREAM,
-    TASK_START,
-    Artifact,
-    Heartbeat,
-    Register,
-    StartStep,
-    StepEnded,
-    StepStarted,
-    Submit,
-    agent_queue,
-    events_stream,
-)
+from bench.scalesim import CONSUMERS, simulated_agents
+from labcontract.protocol import COMMANDS_STREAM, StartStep, Submit
 from labcontract.transport import redis_client
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
@@ -67,7 +53,6 @@ from orchestrator.store.models import Run
 
 DIMS = {"bs": ["4k", "8k", "16k", "32k", "64k"], "rwmixread": [0, 30, 50, 70, 100], "iodepth": [1, 32]}
 PER_PROFILE = 50                     # cells of one sweep over DIMS
-UNACKED, UNACKED_INDEX = "unacked", "unacked_index"     # kombu's Redis QoS keys (defaults)
 
 
 def suite_text(steps: int) -> str:
@@ -93,117 +78,6 @@ def host_name(i: int) -> str:
     return f"sim{i:03d}"
 
 
-# --- the simulated agents (other processes) ----------------------------------------------------
-
-class SimHosts:
-    """What the simulated agents of one process do, whichever consumer hands them their starts: answer a
-    start with ``step_started`` at once and ``step_ended`` ``step_s`` later, heartbeat every host every 3 s,
-    and record the dispatch latency and the step gap."""
-
-    def __init__(self, client: Any, hosts: list[str], step_s: float, fio_json: bytes) -> None:
-        self.client, self.hosts, self.step_s = client, hosts, step_s
-        self.artifacts = (Artifact.of("fio.json", fio_json), Artifact.of("job.fio", b"[global]\n"))
-        self.latencies: list[float] = []     # dispatched_at -> start received
-        self.gaps: list[float] = []          # a host's step ended -> its next start received
-        self._ends: list[tuple[float, str, str]] = []
-        self._ended_at: dict[str, float] = {}
-        self._last_beat = 0.0
-
-    def register(self) -> None:
-        dut = DeclaredDut(name="dut0", path="/sim/dut0", kind="file", size_bytes=1 << 30)
-        pipe = self.client.pipeline(transaction=False)
-        for h in self.hosts:
-            pipe.xadd(events_stream(h), {"data": Register(host=h, agent_version="sim", facts=HostFacts(hostname=h),
-                                                        duts=(dut,)).model_dump_json()})
-        pipe.execute()
-
-    def started(self, payload: dict[str, Any], now: float, pipe: Any) -> None:
-        """A start received at ``now``: its event goes into ``pipe`` (sent by the caller)."""
-        self.latencies.append(now - float(payload["dispatched_at"]))
-        host, att = payload["host"], payload["attempt_id"]
-        if host in self._ended_at:
-            self.gaps.append(now - self._ended_at.pop(host))
-        pipe.xadd(events_stream(host), {"data": StepStarted(host=host, attempt_id=att, pid=1, fio_started_at=now,
-                                                       job_sha256="").model_dump_json()})
-        heapq.heappush(self._ends, (now + self.step_s, host, att))
-
-    def tick(self, now: float) -> None:
-        """The steps whose time is up end (one pipeline); heartbeats when due."""
-        if self._ends and self._ends[0][0] <= now:
-            pipe = self.client.pipeline(transaction=False)
-            while self._ends and self._ends[0][0] <= now:
-                t, host, att = heapq.heappop(self._ends)
-                ev = StepEnded(host=host, attempt_id=att, outcome="exited", exit_code=0,
-                               fio_started_at=t - self.step_s, fio_ended_at=t, artifacts=self.artifacts)
-                pipe.xadd(events_stream(host), {"data": ev.model_dump_json()})
-                self._ended_at[host] = now
-            pipe.execute()
-        if now - self._last_beat >= 3:
-            pipe = self.client.pipeline(transaction=False)
-            for h in self.hosts:
-                pipe.xadd(events_stream(h), {"data": Heartbeat(host=h).model_dump_json()})
-            pipe.execute()
-            self._last_beat = now
-
-
-def redis_consumer(sim: SimHosts, broker: str, stop: Any) -> None:
-    """Takes messages off the hosts' queues with the Redis commands kombu's transport sends for a Celery
-    worker with acks_late: BRPOP on the queue lists (rotated, as kombu's queue cycle), the message into the
-    unacked hash and its delivery tag into the index (one MULTI/EXEC), then the handler, then the ack
-    (both removed). The body is decoded from the envelope as kombu does (base64, JSON)."""
-    r = redis_client(broker)
-    keys = collections.deque(agent_queue(h) for h in sim.hosts)
-    while not stop.is_set():
-        popped = r.brpop(list(keys), timeout=0.01)
-        if popped is not None:
-            queue, raw = popped
-            keys.remove(queue)
-            keys.append(queue)
-            envelope = json.loads(raw)
-            tag = envelope["properties"]["delivery_tag"]
-            r.pipeline().zadd(UNACKED_INDEX, {tag: time.time()}).hset(
-                UNACKED, tag, json.dumps([envelope, "", queue])).execute()
-            now = time.time()
-            args = json.loads(base64.b64decode(envelope["body"]))[0]
-            pipe = r.pipeline(transaction=False)
-            if envelope["headers"]["task"] == TASK_START:
-                sim.started(args[0], now, pipe)
-            pipe.zrem(UNACKED_INDEX, tag).hdel(UNACKED, tag).execute()
-        sim.tick(time.time())
-
-
-def kombu_consumer(sim: SimHosts, broker: str, stop: Any) -> None:
-    """One kombu consumer on all the hosts' queues (acks each message after its handler)."""
-    from kombu import Connection, Consumer, Queue
-
-    def on_message(body: Any, message: Any) -> None:
-        now = time.time()
-        if message.headers.get("task") == TASK_START:
-            pipe = sim.client.pipeline(transaction=False)
-            sim.started(body[0][0], now, pipe)
-            pipe.execute()
-        message.ack()
-
-    with Connection(resolve(broker).kombu_url) as conn:
-        queues = [Queue(agent_queue(h), routing_key=agent_queue(h)) for h in sim.hosts]
-        with Consumer(conn, queues=queues, callbacks=[on_message], accept=["json"], prefetch_count=len(queues)):
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    conn.drain_events(timeout=0.01)
-                sim.tick(time.time())
-
-
-CONSUMERS: dict[str, Callable[[SimHosts, str, Any], None]] = {"redis": redis_consumer, "kombu": kombu_consumer}
-
-
-def simulated_agents(broker: str, hosts: list[str], step_s: float, fio_json: bytes, consumer: str, out: Any,
-                     stop: Any) -> None:
-    sim = SimHosts(redis_client(broker), hosts, step_s, fio_json)
-    sim.register()
-    CONSUMERS[consumer](sim, broker, stop)
-    out.put((sim.latencies, sim.gaps))
-
-
 # --- the controller, timed -------------------------------------------------------------------
 
 class TimedController(Controller):
@@ -211,16 +85,20 @@ class TimedController(Controller):
         super().__init__(*args, **kw)
         self.ticks: list[float] = []
         self.passes: list[float] = []
+        self.tick_cpu: list[float] = []      # the same, in the loop thread's CPU time (what contention leaves out)
+        self.pass_cpu: list[float] = []
 
     def schedule(self) -> None:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         super().schedule()
         self.ticks.append(time.perf_counter() - t)
+        self.tick_cpu.append(time.thread_time() - c)
 
     def step_once(self) -> None:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         super().step_once()
         self.passes.append(time.perf_counter() - t)
+        self.pass_cpu.append(time.thread_time() - c)
 
 
 class TimedDispatcher(Dispatcher):
@@ -260,6 +138,30 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p / 100 * len(s)))] if s else float("nan")
 
 
+def storm_report(storm_at: float, applied_at: float | None, received: list[float], latencies: list[float]) -> None:
+    """The heartbeat storm: how long the controller took to apply every host's registration, and when the dispatch
+    latency recovered: the first 1-s window after the storm whose median is back within 1.5x the median of the
+    30 s before it (and every registration applied)."""
+    pairs = sorted(zip(received, latencies, strict=True))
+    before = [lat for t, lat in pairs if storm_at - 30 <= t < storm_at]
+    after = [(t - storm_at, lat) for t, lat in pairs if t >= storm_at]
+    base = statistics.median(before) if before else float("nan")
+    applied = applied_at - storm_at if applied_at is not None else float("nan")
+    recovered = None
+    for k in range(int(max((t for t, _ in after), default=0)) + 1):
+        window = [lat for t, lat in after if k <= t < k + 1]
+        if window and k + 1 >= applied and statistics.median(window) <= 1.5 * base:
+            recovered = k + 1
+            break
+    during = [lat for t, lat in after if recovered is None or t < recovered]
+    print(f"heartbeat storm            {len(during)} starts until recovered; dispatch p50/p99/max "
+          f"{pct(during, 50) * 1000:.1f} / {pct(during, 99) * 1000:.1f} / {max(during, default=0) * 1000:.1f} ms "
+          f"(30 s before: p50 {base * 1000:.1f} ms)")
+    print(f"storm applied after        {applied:8.2f} s   (every host's registration and heartbeat at once)")
+    print(f"dispatch recovered after   {recovered if recovered is not None else float('nan'):8.1f} s   "
+          "(1-s window median <= 1.5x the median before)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--agents", type=int, default=200)
@@ -273,12 +175,19 @@ def main() -> None:
     ap.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false",
                     help="do not gc.freeze() the start-up heap before the controller's loop runs (the controller "
                          "daemon does, orchestrator/cmd/controller.py; this shows what it saves)")
+    ap.add_argument("--storm-after", type=float, default=0.0, metavar="SECONDS",
+                    help="a heartbeat storm this long after the runs are queued: every simulated agent registers "
+                         "again and heartbeats at once, as after a broker restart (0: none)")
+    ap.add_argument("--duration", type=float, default=0.0, metavar="SECONDS",
+                    help="measure this long from when every run is in the store (the submits applied; the storm's "
+                         "time counts from then too) and report on that window only (0: from the submits until "
+                         "every run has ended)")
     ap.add_argument("--timeout", type=float, default=1800)
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="lab-scale-"))
     lab = Lab(root)
     ctx = mp.get_context("fork")
-    stop, out = ctx.Event(), ctx.Queue()
+    stop, storm, out = ctx.Event(), ctx.Event(), ctx.Queue()
     try:
         broker = lab.start_redis()
         fio_json = real_fio_output(root)
@@ -295,10 +204,11 @@ def main() -> None:
         pauses = GcPauses()
         gc.callbacks.append(pauses)
         hosts = [host_name(i) for i in range(args.agents)]
-        # 200 simulated hosts in two processes: they take the lab's admin user (a real agent has its own)
+        # the simulated hosts take the lab's admin user (a real agent has its own)
         assert lab.admin_url is not None
         sims = [ctx.Process(target=simulated_agents, args=(lab.admin_url, hosts[k::args.agent_procs],
-                                                           args.step_seconds, fio_json, args.consumer, out, stop))
+                                                           args.step_seconds, fio_json, args.consumer, out, stop,
+                                                           storm))
                 for k in range(args.agent_procs)]
         for p in sims:
             p.start()
@@ -307,7 +217,7 @@ def main() -> None:
         r = redis_client(broker)
         text = suite_text(args.steps_per_run)
         total = args.agents * args.steps_per_run
-        wait_for(lambda: ctl_hosts(db) >= args.agents, 60, "the simulated agents to register", interval=0.2)
+        wait_for(lambda: ctl_hosts(db) >= args.agents, 120, "the simulated agents to register", interval=0.2)
         load0 = os.getloadavg()[0]
         t0 = time.time()
         pipe = r.pipeline(transaction=False)
@@ -320,15 +230,32 @@ def main() -> None:
               f"simulated agents ({args.step_seconds:.1f} s per step; {args.agent_procs} agent processes, "
               f"{args.consumer} consumer; dispatch_batch {tuning.dispatch_batch}"
               f"{'; gc.freeze()' if args.gc_freeze else ''})", flush=True)
-        wait_for(lambda: runs_done(db) >= args.agents, args.timeout, "every run to end", interval=1.0)
+        steps0, ticks0, passes0 = 0, 0, 0
+        if args.duration > 0:      # the window measured starts once every run is in the store (submits done)
+            wait_for(lambda: runs_stored(db) >= args.agents, args.timeout, "every run to be stored", interval=0.5)
+            t0, steps0, ticks0, passes0 = time.time(), steps_done(db), len(ctl.ticks), len(ctl.passes)
+        storm_at, applied_at = None, None
+        if args.storm_after > 0:
+            wait_for(lambda: time.time() - t0 >= args.storm_after or runs_done(db) >= args.agents, args.timeout,
+                     "the storm's time", interval=0.1)
+            storm_at = time.time()
+            storm.set()
+            wait_for(lambda: registered_since(db, storm_at) >= args.agents, args.timeout,
+                     "every host's registration of the storm", interval=0.05)
+            applied_at = time.time()
+        wait_for(lambda: runs_done(db) >= args.agents or 0 < args.duration <= time.time() - t0, args.timeout,
+                 "every run to end", interval=1.0)
         wall = time.time() - t0
+        total = steps_done(db) - steps0
         load1 = os.getloadavg()[0]
         stop.set()
         latencies: list[float] = []
+        received: list[float] = []
         gaps: list[float] = []
         for _p in sims:
-            lat, gap = out.get(timeout=60)
-            latencies += lat
+            lat, rec, gap = out.get(timeout=60)
+            latencies += [x for x, at in zip(lat, rec, strict=True) if at >= t0]
+            received += [at for at in rec if at >= t0]
             gaps += gap
         for p in sims:
             p.join(30)
@@ -337,10 +264,15 @@ def main() -> None:
         gc.callbacks.remove(pauses)
         states = run_states(db)
         rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        ideal = args.steps_per_run * args.step_seconds
+        ideal = total / args.agents * args.step_seconds
         queued = dispatcher.queued
+        ctl.ticks, ctl.passes = ctl.ticks[ticks0:], ctl.passes[passes0:]
+        ctl.tick_cpu, ctl.pass_cpu = ctl.tick_cpu[ticks0:], ctl.pass_cpu[passes0:]
         print(json.dumps({"runs": states, "steps": total}))
-        print(f"wall time                  {wall:8.1f} s   (ideal {ideal:.0f} s: {wall / ideal:.2f}x)")
+        if args.duration > 0:
+            print(f"measured from when every run was stored, for {args.duration:.0f} s")
+        print(f"wall time                  {wall:8.1f} s   (ideal {ideal:.0f} s for the {total} steps done: "
+              f"{wall / ideal:.2f}x)")
         print(f"steps per second           {total / wall:8.1f}")
         print(f"dispatch latency  p50      {pct(latencies, 50) * 1000:8.1f} ms   (n={len(latencies)})")
         print(f"dispatch latency  p99      {pct(latencies, 99) * 1000:8.1f} ms   (target <= 100 ms)")
@@ -349,18 +281,52 @@ def main() -> None:
               f"{max(queued) * 1000:.1f} ms   (the controller's part: dispatched_at -> on the agent's queue)")
         print(f"step gap          p50/p99  {pct(gaps, 50) * 1000:8.1f} / {pct(gaps, 99) * 1000:.1f} ms   "
               "(a host's step ended -> its next start received)")
-        print(f"scheduler tick    p50      {pct(ctl.ticks, 50) * 1000:8.1f} ms   (n={len(ctl.ticks)})")
-        print(f"scheduler tick    p99      {pct(ctl.ticks, 99) * 1000:8.1f} ms")
-        print(f"controller pass   p50/p99  {pct(ctl.passes, 50) * 1000:8.1f} / {pct(ctl.passes, 99) * 1000:.1f} ms")
+        print(f"scheduler pass    p50/p99  {pct(ctl.ticks, 50) * 1000:8.1f} / {pct(ctl.ticks, 99) * 1000:.1f} ms   "
+              f"(schedule(), n={len(ctl.ticks)})")
+        print(f"controller pass   p50/p99  {pct(ctl.passes, 50) * 1000:8.1f} / {pct(ctl.passes, 99) * 1000:.1f} ms   "
+              "(step_once(): events, commands, schedule, watchdogs)")
+        tick_cpu, pass_cpu = ctl.tick_cpu, ctl.pass_cpu
+        print(f"  in CPU time      p50/p99  {pct(tick_cpu, 50) * 1000:8.1f} / {pct(tick_cpu, 99) * 1000:.1f} ms "
+              f"(schedule()) and {pct(pass_cpu, 50) * 1000:.1f} / {pct(pass_cpu, 99) * 1000:.1f} ms (step_once())")
+        cpu = sum(pass_cpu)
+        print(f"controller loop CPU        {cpu:8.1f} s    ({cpu / total * 1000:.2f} ms a step: one CPU of its own "
+              f"would sustain about {total / cpu:.0f} steps/s)")
         full_gc = pauses.full or [0.0]
         print(f"full GC pauses    p50/max  {pct(full_gc, 50) * 1000:8.1f} / {max(full_gc) * 1000:.1f} ms   "
               f"(n={len(pauses.full)}; each stops the controller's loop)")
         print(f"controller peak RSS        {rss_mib:8.1f} MiB (target <= 500 MiB)")
+        print(f"events refused             {ctl.intake.dead_lettered:8d}   (sent to the dead-letter stream)")
         print(f"load average (1 min)       {load0:8.2f} at the start, {load1:.2f} at the end ({os.cpu_count()} CPUs)")
-        print(f"median latency: {statistics.median(latencies) * 1000:.1f} ms")
+        if storm_at is not None:
+            storm_report(storm_at, applied_at, received, latencies)
     finally:
         stop.set()
         lab.stop()
+
+
+def runs_stored(db: Any) -> int:
+    from sqlalchemy import func, select
+
+    with db() as s:
+        return int(s.scalar(select(func.count()).select_from(Run)) or 0)
+
+
+def steps_done(db: Any) -> int:
+    from sqlalchemy import func, select
+
+    from orchestrator.store.models import Step
+
+    with db() as s:
+        return int(s.scalar(select(func.count()).select_from(Step).where(Step.state == "SUCCEEDED")) or 0)
+
+
+def registered_since(db: Any, since: float) -> int:
+    from sqlalchemy import func, select
+
+    from orchestrator.store.models import Host
+
+    with db() as s:
+        return int(s.scalar(select(func.count()).select_from(Host).where(Host.registered_at >= since)) or 0)
 
 
 def ctl_hosts(db: Any) -> int:

@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
+from labcontract import sentinel
 from labcontract.errors import ConfigError
+from labcontract.sentinel import SentinelUrl
 
 ADMIN = "admin"
 CONTROLLER = "controller"
@@ -279,6 +281,8 @@ class Resolved:
     kwargs: dict[str, Any]      # username, password, ssl_* for redis.Redis.from_url
     kombu_url: str              # the URL kombu parses, with the password
     ssl: dict[str, Any] | None  # Celery broker_use_ssl
+    sentinel: SentinelUrl | None = None               # redis+sentinel://: where the sentinels are
+    sentinel_kwargs: dict[str, Any] = field(default_factory=dict)   # the sentinels' login and TLS
 
 
 def resolve(url: str) -> Resolved:
@@ -286,11 +290,13 @@ def resolve(url: str) -> Resolved:
     import ssl as _ssl
 
     parts = urlsplit(url)
-    scheme = parts.scheme
-    if scheme not in ("redis", "rediss", "redis+socket", "unix"):
+    scheme = parts.scheme.lower()
+    if scheme not in ("redis", "rediss", "redis+socket", "unix", *sentinel.SCHEMES):
         return Resolved(url, {}, url, None)          # memory:// and the like (tests): nothing to resolve
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     files = {k: query.pop(k) for k in FILE_PARAMS if k in query}
+    sentinel_login = {k: query.pop(k) for k in (sentinel.SENTINEL_PASSWORD_FILE, sentinel.SENTINEL_USER)
+                      if k in query}
     user = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password else None
     if PASSWORD_FILE in files:
@@ -298,9 +304,12 @@ def resolve(url: str) -> Resolved:
     for name in (CA_FILE, CERT_FILE, KEY_FILE):
         if name in files and not os.access(files[name], os.R_OK):
             raise ConfigError("broker URL", name, f"{files[name]} cannot be read")
-    tls = scheme == "rediss"
+    tls = is_tls(scheme)
     if not tls and (CA_FILE in files or CERT_FILE in files):
         raise ConfigError("broker URL", redact_url(url), "TLS files given for a plain redis:// URL (use rediss://)")
+    if sentinel_login and scheme not in sentinel.SCHEMES:
+        raise ConfigError("broker URL", redact_url(url), "sentinel_* parameters given for a URL without sentinels "
+                                                         "(redis+sentinel://)")
     host = parts.netloc.rsplit("@", 1)[-1]
     rest = urlencode(query, safe="/:")
     py_scheme = "unix" if scheme == "redis+socket" else scheme
@@ -319,5 +328,27 @@ def resolve(url: str) -> Resolved:
     cred = ""
     if user or password:
         cred = quote(user or "", safe="") + (":" + quote(password, safe="") if password else "") + "@"
+    if scheme in sentinel.SCHEMES:
+        where = sentinel.parse(url)
+        if rest:
+            raise ConfigError("broker URL", redact_url(url), f"unknown parameters for a sentinel URL: "
+                                                             f"{', '.join(sorted(query))}")
+        skw: dict[str, Any] = {}
+        if sentinel.SENTINEL_USER in sentinel_login:
+            if not USER_NAME.fullmatch(sentinel_login[sentinel.SENTINEL_USER]):
+                raise ConfigError("broker URL", sentinel.SENTINEL_USER, "not a valid user name")
+            skw["username"] = sentinel_login[sentinel.SENTINEL_USER]
+        if sentinel.SENTINEL_PASSWORD_FILE in sentinel_login:
+            skw["password"] = read_password_file(sentinel_login[sentinel.SENTINEL_PASSWORD_FILE])
+        if tls:
+            skw.update(ssl=True, ssl_cert_reqs="required", ssl_ca_certs=files.get(CA_FILE),
+                       ssl_certfile=files.get(CERT_FILE), ssl_keyfile=files.get(KEY_FILE))
+        return Resolved(f"redis://{where.sentinels[0][0]}:{where.sentinels[0][1]}/{where.db}", kwargs,
+                        sentinel.kombu_url(where, cred), ssl_opts, where, skw)
     kombu_url = _unsplit((scheme, cred + host, parts.path, rest, ""))
     return Resolved(py_url, kwargs, kombu_url, ssl_opts)
+
+
+def is_tls(scheme: str) -> bool:
+    """Whether a broker URL of ``scheme`` speaks TLS (``rediss://``, ``rediss+sentinel://``)."""
+    return scheme.lower() in ("rediss", "rediss+sentinel")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -25,6 +25,7 @@ from labcontract.errors import ProtocolError
 ARTIFACT = "drive-health.json"
 MAX_DEVICES = 64                   # readings of one moment (a step's DUTs)
 ARTIFACT_MAX_BYTES = 256 << 10     # the artifact as JSON
+_M = TypeVar("_M", bound=BaseModel)
 NVME_DATA_UNIT = 512_000           # bytes of one NVMe "data unit" (1,000 units of 512 bytes)
 
 Counter = Annotated[int, Field(ge=0, le=1 << 64)]
@@ -78,14 +79,20 @@ class DriveHealth(BaseModel):
     after: Annotated[tuple[HealthReading, ...], Field(max_length=MAX_DEVICES)] = ()
 
 
-def parse_drive_health(raw: bytes, source: str = ARTIFACT) -> DriveHealth:
-    """An attempt's ``drive-health.json`` (ProtocolError naming ``source`` when it is too big or does not fit)."""
-    if len(raw) > ARTIFACT_MAX_BYTES:
-        raise ProtocolError(f"{source}: {len(raw)} bytes, over {ARTIFACT_MAX_BYTES}")
+def parse_artifact(model: type[_M], raw: bytes, source: str, max_bytes: int = ARTIFACT_MAX_BYTES) -> _M:
+    """An attempt's JSON artifact as ``model`` (ProtocolError naming ``source`` when it is over ``max_bytes`` or does
+    not fit): drive-health.json here, host-power.json (labcontract.power)."""
+    if len(raw) > max_bytes:
+        raise ProtocolError(f"{source}: {len(raw)} bytes, over {max_bytes}")
     try:
-        return DriveHealth.model_validate_json(raw)
+        return model.model_validate_json(raw)
     except ValidationError as e:
         raise ProtocolError(f"{source}: {e.error_count()} problem(s): {e.errors()[0]['msg']}") from e
+
+
+def parse_drive_health(raw: bytes, source: str = ARTIFACT) -> DriveHealth:
+    """An attempt's ``drive-health.json`` (ProtocolError naming ``source`` when it is too big or does not fit)."""
+    return parse_artifact(DriveHealth, raw, source)
 
 
 # --------------------------------------------------------------------------- the tools' output

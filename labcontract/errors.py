@@ -5,7 +5,9 @@
      ├── InputError               user input rejected; holds every Problem found at once
      │    ├── SuiteError          a suite file that does not validate
      │    ├── SubmissionError     a submission naming an unknown host/device, ...
-     │    └── InventoryError      an Ansible inventory (hosts, group_vars, host_vars) that does not validate
+     │    ├── JobFileError        fio job files to import: over a bound, not fio's format, or nothing importable
+     │    ├── InventoryError      an Ansible inventory (hosts, group_vars, host_vars) that does not validate
+     │    └── ExportBundleError   another lab's export (labctl import) that does not validate
      ├── ProtocolError            a message of the wrong shape or protocol version
      ├── DeviceRefused            an agent refuses a device it has not declared
      ├── FioError                 fio could not be run, or its output could not be read
@@ -81,8 +83,16 @@ class SubmissionError(InputError):
     what = "submission"
 
 
+class JobFileError(InputError):
+    what = "job file"
+
+
 class InventoryError(InputError):
     what = "inventory"
+
+
+class ExportBundleError(InputError):
+    what = "lab export"
 
 
 class ProtocolError(LabError):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from labcontract.errors import FioError
 from labcontract.facts import windows_drive_path
+from labcontract.fioextra import CHECKS, FLAGS, INTS, cross_problems, fio_lines
 from labcontract.suite import Workload
 from labcontract.units import format_size
 
@@ -92,6 +93,9 @@ def workload_lines(w: Workload) -> list[str]:
         lines.append("norandommap=1")
     if not w.randrepeat:
         lines.append("randrepeat=0")
+    for line in fio_lines(w.__dict__):       # the extended options a suite set (labcontract.fioextra), canonical
+        key, value = line.split("=", 1)
+        lines.append(_opt(key, value))
     return lines
 
 
@@ -139,7 +143,7 @@ READ_ONLY_RW = frozenset({"read", "randread"})   # any other rw (and any write o
 _DIGITS = r"\d{1,12}"
 _SIZE_VALUE = r"\d{1,20}[kmgtp]?"
 # every option render_job emits, with the values it may take; anything else in a job file is refused
-# (exec_prerun, write_iolog, include, ioengine=external, verify, trim..., '$' expansions, comments)
+# (exec_prerun, write_iolog, include, ioengine=external, trim..., '$' expansions, comments)
 ALLOWED_OPTIONS: dict[str, re.Pattern[str]] = {k: re.compile(f"^(?:{v})\\Z") for k, v in {
     "ioengine": "libaio|io_uring|psync|sync|pvsync2|posixaio|windowsaio",
     "direct": "0|1", "time_based": "0|1", "group_reporting": "1", "lat_percentiles": "1", "new_group": "1",
@@ -150,6 +154,9 @@ ALLOWED_OPTIONS: dict[str, re.Pattern[str]] = {k: re.compile(f"^(?:{v})\\Z") for
     "percentile_list": r"[0-9.]{1,8}(?::[0-9.]{1,8}){0,15}",
     "rw": "read|write|randread|randwrite|rw|readwrite|randrw",
     "filename": r".+",                      # checked on its own (_parse_filename)
+    # the extended options: their form here, their value by its check (labcontract.fioextra.CHECKS) below
+    **{k: r"[A-Za-z0-9:/.,%-]{1,2048}" for k in CHECKS},
+    **{k: _DIGITS for k in INTS}, **{k: "1" for k in FLAGS},
 }.items()}
 _SECTION = re.compile(r"^\[([A-Za-z0-9_.:-]{1,255})\]\Z")
 _OPTION = re.compile(r"^([a-z_]{1,32})=(.*)\Z")
@@ -189,6 +196,19 @@ def _parse_filename(value: str) -> str:
     return path
 
 
+def _check_value(key: str, value: str) -> None:
+    """An extended option's value, checked as the suite checks it (its canonical text read back)."""
+    if key in CHECKS:
+        try:
+            CHECKS[key](value)
+        except ValueError as e:
+            raise ValueError(f"{key}={value[:60]!r}: {e}") from None
+    elif key in INTS:
+        low, high = INTS[key]
+        if not low <= int(value) <= high:
+            raise ValueError(f"{key}={value} is out of range ({low}-{high})")
+
+
 def check_job(text: str) -> tuple[JobSection, ...]:
     """Parse a job file as render_job writes it: every job with its file(s) and whether it writes.
 
@@ -226,6 +246,7 @@ def check_job(text: str) -> tuple[JobSection, ...]:
                 raise ValueError(f"option {key!r} is not allowed in a job file")
             if not pattern.match(value):
                 raise ValueError(f"{key}={value[:80]!r} is not a valid value")
+            _check_value(key, value)
             if current is None:
                 raise ValueError(f"option {key} before any section")
             if key in current:
@@ -240,5 +261,7 @@ def check_job(text: str) -> tuple[JobSection, ...]:
         opts = {**glob, **own}
         if "filename" not in opts:
             raise FioError(f"job file refused: job {name} names no filename (fio would create a file of its name)")
+        if why := cross_problems({**opts, "footprint": opts.get("size")}):
+            raise FioError(f"job file refused: job {name}: {'; '.join(why)}")
         out.append(JobSection(name, (opts["filename"],), opts.get("rw", "read")))
     return tuple(out)

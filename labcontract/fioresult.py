@@ -8,6 +8,9 @@ latency (``clat_ns``, what fio prints by default and many reviews quote) beside 
 own bins: both are read, each into its own fields (``lat`` / ``percentiles_ns`` total,
 ``clat`` / ``clat_percentiles_ns`` completion), never mixed. ``slat_ns`` is not read.
 
+``fio --client`` output (``client_stats`` instead of ``jobs``: one entry per server, and an ``All clients`` sum
+with no bins) is read the same way: the servers' entries are the jobs, the sum is only checked against them.
+
 Percentiles come from the bins for the six points of the job's ``percentile_list`` and, from
 the bins only, 99.999 when the step holds at least :data:`TAIL_BEYOND` I/Os beyond it
 (1,000,000 I/Os): below that it would be one of the largest few samples, which max says.
@@ -504,11 +507,55 @@ def _report_jobs(text: str | bytes, source: str) -> tuple[_Reader, str, list[Any
     if not isinstance(version, str) or not version:
         raise r.fail("missing 'fio version' (is this fio JSON output?)")
     jobs = report.get("jobs")
+    if jobs is None and "client_stats" in report:
+        jobs = _client_jobs(r, report["client_stats"])
     if not isinstance(jobs, list):
         raise r.fail("missing 'jobs' list (is this fio JSON output?)")
     if not jobs:
         raise r.fail("fio reported no jobs")
     return r, version, jobs
+
+
+#: The entry ``fio --client`` adds to ``client_stats`` when it drove several servers: their sum, without bins.
+ALL_CLIENTS = "All clients"
+
+
+def _client_jobs(r: _Reader, entries: object) -> list[Any]:
+    """The job entries of ``fio --client`` output (``client_stats``: one entry per server and job group, each with
+    its ``hostname`` and ``port``, and the ``All clients`` sum when there were several servers). The servers'
+    entries are what is merged, exactly as a local run's jobs (their bins give the percentiles; the sum has none);
+    the sum is checked against them, I/O count by I/O count. With several servers an entry's name becomes
+    ``job@host:port`` (per-group results) and the step has no CPU figure (CPU of several hosts is no one host's)."""
+    if not isinstance(entries, list) or not entries:
+        raise r.fail("client_stats: expected a non-empty list (fio --client output)")
+    parts: list[tuple[int, dict[str, Any]]] = []
+    sums: list[tuple[int, dict[str, Any]]] = []
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise r.fail(f"client_stats[{i}]: not an object")
+        (sums if e.get("jobname") == ALL_CLIENTS else parts).append((i, e))
+    servers = {(str(e.get("hostname")), str(e.get("port"))) for _i, e in parts}
+    if not parts:
+        raise r.fail("client_stats: no server's entry, only the 'All clients' sum")
+    if len(sums) > 1 or (sums and len(servers) < 2):
+        raise r.fail(f"client_stats: {len(sums)} 'All clients' entries for {len(servers)} server(s)")
+    if sums:
+        i, total = sums[0]
+        for d in ("read", "write"):
+            want = r.int_(r.obj(total, d, f"client_stats[{i}]"), "total_ios", f"client_stats[{i}].{d}")
+            got = sum(r.int_(r.obj(e, d, f"client_stats[{j}]"), "total_ios", f"client_stats[{j}].{d}")
+                      for j, e in parts)
+            if want != got:
+                raise r.fail(f"client_stats[{i}] ('{ALL_CLIENTS}'): {want} {d} I/Os, but the servers' entries "
+                             f"sum to {got} (an output cut or edited?)")
+    if len(servers) < 2:
+        return [e for _i, e in parts]
+    out = []
+    for _i, e in parts:
+        named = {k: v for k, v in e.items() if k not in ("usr_cpu", "sys_cpu")}
+        named["jobname"] = f"{e.get('jobname')}@{e.get('hostname')}:{e.get('port')}"
+        out.append(named)
+    return out
 
 
 def _step_metrics(r: _Reader, version: str, entries: Sequence[tuple[int, Any]]) -> StepMetrics:

@@ -334,12 +334,15 @@ def check_version(data: Any) -> None:
                             f"{PROTOCOL_VERSION})", got_version=v if isinstance(v, int) else None)
 
 
+_ANY_JSON: TypeAdapter[Any] = TypeAdapter(Any)     # built once: building one costs more than most entries' parse
+
+
 def parse_json(raw: str | bytes, what: str) -> Any:
     """The JSON of a stream entry, its size checked first; every failure is a ProtocolError."""
     if len(raw) > ENTRY_MAX_BYTES:
         raise ProtocolError(f"{what} of {len(raw)} bytes is larger than {ENTRY_MAX_BYTES}")
     try:
-        return TypeAdapter(Any).validate_json(raw)
+        return _ANY_JSON.validate_json(raw)
     except ValidationError as e:
         raise ProtocolError(f"{what} is not JSON: {e.errors()[0]['msg']}") from e
 
@@ -511,8 +514,29 @@ class TokenRevoke(Message):
     reply_to: ReplyTo
 
 
+class ImportArtifact(Message):
+    """An artifact of another lab's run (labctl import), for the content-addressed artifact store; sent before the
+    run that names it. Its content is checked against its sha256 and size by the controller (Artifact.content)."""
+
+    type: Literal["import_artifact"] = "import_artifact"
+    artifact: Artifact
+    actor: Actor | None = None
+    reply_to: ReplyTo
+
+
+class ImportRun(Message):
+    """A run of another lab (labctl import): ``run_json`` is a labcontract.rundoc.RunDoc as JSON, validated again by
+    the controller; ``lab`` is the lab it is tagged with. Importing the same run again changes nothing."""
+
+    type: Literal["import_run"] = "import_run"
+    lab: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    run_json: Annotated[str, Field(max_length=ENTRY_MAX_BYTES)]
+    actor: Actor | None = None
+    reply_to: ReplyTo
+
+
 AnyCommandType: TypeAlias = (Submit | Cancel | Pause | Resume | ScheduleAdd | ScheduleRemove | Release | Rerun
-                              | Acknowledge | TokenCreate | TokenRevoke)
+                              | Acknowledge | TokenCreate | TokenRevoke | ImportArtifact | ImportRun)
 AnyCommand = Annotated[AnyCommandType, Field(discriminator="type")]
 COMMAND = TypeAdapter(AnyCommand)
 TOKEN_COMMANDS = (TokenCreate, TokenRevoke)    # accepted only on WEB_COMMANDS_STREAM

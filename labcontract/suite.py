@@ -41,8 +41,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -57,6 +59,7 @@ from labcontract.appsuite import (
     with_app_overrides,
 )
 from labcontract.errors import Problem, SuiteError
+from labcontract.fioextra import CHECKS, EXTENDED, INTS, bssplit_max, cross_problems
 from labcontract.suitebase import Retry, check_op_modes, problems_from
 from labcontract.suitebounds import load_yaml, raw_cell_count
 from labcontract.units import format_size, parse_duration, parse_size
@@ -140,9 +143,38 @@ Runtime = Annotated[Seconds, Field(ge=1, le=MAX_RUNTIME_S)]
 RampTime = Annotated[Seconds, Field(ge=0, le=MAX_RAMP_S)]
 IoDepth = Annotated[int, Field(ge=1, le=MAX_IODEPTH)]
 NumJobs = Annotated[int, Field(ge=1, le=MAX_NUMJOBS)]
+# the extended fio options (labcontract.fioextra): each checked to its canonical fio spelling
+# (the lengths: each check's own input bound, so that the schema of what crosses the wire says it too)
+BsSplit = Annotated[str, BeforeValidator(CHECKS["bssplit"]), Field(max_length=2048)]
+RandomDistribution = Annotated[str, BeforeValidator(CHECKS["random_distribution"]), Field(max_length=32)]
+Rate = Annotated[str, BeforeValidator(CHECKS["rate"]), Field(max_length=32)]
+Offset = Annotated[str, BeforeValidator(CHECKS["offset"]), Field(max_length=32)]
+CpuList = Annotated[str, BeforeValidator(CHECKS["cpus_allowed"]), Field(max_length=512)]
+VerifyMethod = Annotated[str, BeforeValidator(CHECKS["verify"]), Field(max_length=16)]
+VerifyPattern = Annotated[str, BeforeValidator(CHECKS["verify_pattern"]), Field(max_length=66)]
+RateIops = Annotated[int, Field(ge=INTS["rate_iops"][0], le=INTS["rate_iops"][1])]
 
 
-class WorkloadOptions(BaseModel):
+class ExtendedOptions(BaseModel):
+    """fio options beyond the basic workload (issue 28; docs/suites.md "More fio options"): unset unless a suite
+    sets them, and then only sent to an agent whose fio kind knows them (labcontract.fioextra)."""
+
+    bssplit: BsSplit | None = None
+    random_distribution: RandomDistribution | None = None
+    rate_iops: RateIops | None = None
+    rate: Rate | None = None
+    buffer_compress_percentage: Percent | None = None
+    dedupe_percentage: Percent | None = None
+    offset: Offset | None = None
+    offset_increment: Offset | None = None
+    cpus_allowed: CpuList | None = None
+    hipri: bool | None = None
+    fixedbufs: bool | None = None
+    verify: VerifyMethod | None = None
+    verify_pattern: VerifyPattern | None = None
+
+
+class WorkloadOptions(ExtendedOptions):
     """fio options a suite may set; every one optional so ``defaults`` can hold any of them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -174,7 +206,7 @@ class ProfileEntry(WorkloadOptions):
     precondition: bool = True
 
 
-class Workload(BaseModel):
+class Workload(ExtendedOptions):
     """A fully resolved workload: defaults applied, every option set.
 
     This is what travels in a start message and reaches a job file, so it is as strict as the suite
@@ -203,12 +235,28 @@ class Workload(BaseModel):
     @model_validator(mode="after")
     def _inflight(self) -> Workload:
         """Each bound alone still allows 4096 jobs x 65536 deep x 64 MiB: fio would take the host's memory."""
-        inflight = self.numjobs * self.iodepth * self.bs
+        bs = self.largest_bs
+        inflight = self.numjobs * self.iodepth * bs
         if inflight > MAX_INFLIGHT_BYTES:
-            raise ValueError(f"numjobs x iodepth x bs = {self.numjobs} x {self.iodepth} x {format_size(self.bs)} "
+            raise ValueError(f"numjobs x iodepth x bs = {self.numjobs} x {self.iodepth} x {format_size(bs)} "
                              f"= {format_size(inflight)} of I/O buffers per device, over the ceiling of "
                              f"{format_size(MAX_INFLIGHT_BYTES)}")
+        why = cross_problems(self.__dict__)
+        if why:
+            raise ValueError("; ".join(why))
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_unset_extended(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An extended option that is unset is left out: a workload that sets none serialises as before, so an
+        agent that does not know them still reads it (labcontract.fioextra)."""
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if not (k in EXTENDED and v is None)}
+
+    @property
+    def largest_bs(self) -> int:
+        """The largest block size the job issues (its bssplit's, when larger than bs)."""
+        return max(self.bs, bssplit_max(self.bssplit)) if self.bssplit else self.bs
 
     @property
     def expected_seconds(self) -> int:
@@ -217,7 +265,9 @@ class Workload(BaseModel):
     @property
     def identity(self) -> tuple[object, ...]:
         """What makes two workloads "the same workload" for preconditioning (not T/Q, not time)."""
-        return (self.rw, self.bs, self.rwmixread, self.percentage_random, self.footprint)
+        return (self.rw, self.bs, self.rwmixread, self.percentage_random, self.footprint, self.bssplit,
+                self.random_distribution, self.offset, self.offset_increment, self.buffer_compress_percentage,
+                self.dedupe_percentage)
 
 
 class Precondition(BaseModel):
@@ -370,7 +420,8 @@ def cell_name(profile: str, dims: dict[str, Any], op_mode: str, n_op_modes: int)
             "runtime": "s", "mtu": "mtu", "paths": ""}
     parts = [profile]
     for k, v in dims.items():
-        value = format_size(v) if k == "bs" else str(v).lower()
+        # a value's ':' '/' ',' (zipf:1.2, a bssplit, a CPU list) become '-': a cell name is a job section's name
+        value = format_size(v) if k == "bs" else re.sub(r"[^a-z0-9_.%-]", "-", str(v).lower())
         parts.append(f"{abbr.get(k, k + '-')}{value}")
     name = ".".join(parts)
     return f"{op_mode.replace(':', '')}.{name}" if n_op_modes > 1 else name
@@ -452,6 +503,10 @@ def _expand(doc: SuiteDocument, *, combine: bool = True) -> tuple[list[Cell], li
             if net is not None and net.tool == "block" and merged.get("rw") not in ("read", "randread"):
                 problems.append(Problem(f"{where}.rw", "network.tool block reads the target's LUN through the "
                                                        "initiator's kernel (it does not own it): rw read or randread"))
+                break
+            if net is not None and (extra := [k for k in EXTENDED if merged.get(k) is not None]):
+                problems.append(Problem(f"{where}.{extra[0]}", f"{', '.join(extra)}: not available in a network "
+                                                               "suite (its initiators run their own fio jobs)"))
                 break
             fp, _note = op_footprint(op_mode, merged.get("footprint"))
             merged["footprint"] = fp
@@ -763,20 +818,24 @@ def capacity_problems(suite: Suite, size_bytes: int, device: str) -> list[Proble
     for c in suite.cells:
         w = c.workload
         where = f"profile {c.profile}"
-        if w.bs > size_bytes and (c.profile, "bs") not in problems:
-            problems[(c.profile, "bs")] = Problem(f"{where}.bs", f"block size {format_size(w.bs)} is larger than "
-                                                                 f"{device} ({size_bytes} bytes)")
+        if w.largest_bs > size_bytes and (c.profile, "bs") not in problems:     # a bssplit's largest size too
+            problems[(c.profile, "bs")] = Problem(f"{where}.bs", f"block size {format_size(w.largest_bs)} is larger "
+                                                                 f"than {device} ({size_bytes} bytes)")
         if (w.footprint and not w.footprint.endswith("%") and int(w.footprint) > size_bytes
                 and (c.profile, "footprint") not in problems):
             problems[(c.profile, "footprint")] = Problem(
                 f"{where}.footprint", f"footprint {format_size(int(w.footprint))} is larger than {device} "
                                       f"({size_bytes} bytes)")
+        if (w.offset and not w.offset.endswith("%") and int(w.offset) >= size_bytes
+                and (c.profile, "offset") not in problems):
+            problems[(c.profile, "offset")] = Problem(f"{where}.offset", f"offset {format_size(int(w.offset))} is not "
+                                                                         f"inside {device} ({size_bytes} bytes)")
         # fio refuses a job whose size is below its block size ("size smaller than bs"): known before the run
         area = (int(w.footprint) if w.footprint and not w.footprint.endswith("%")
                 else size_bytes * float(w.footprint[:-1]) / 100 if w.footprint else None)
-        if area is not None and w.bs > area and not any(k[0] == c.profile for k in problems):
+        if area is not None and w.largest_bs > area and not any(k[0] == c.profile for k in problems):
             problems[(c.profile, "bs")] = Problem(
-                f"{where}.bs", f"block size {format_size(w.bs)} is larger than the footprint "
+                f"{where}.bs", f"block size {format_size(w.largest_bs)} is larger than the footprint "
                                f"{format_size(int(area))} ({w.footprint} of {device}): fio would refuse the job")
     return list(problems.values())
 

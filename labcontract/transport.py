@@ -6,7 +6,7 @@ from typing import Any
 
 import redis
 
-from labcontract.brokerauth import redact_url, resolve, unacked_keys
+from labcontract.brokerauth import Resolved, redact_url, resolve, unacked_keys
 
 # Seconds. A dispatch is a start request that takes milliseconds to handle; the visibility
 # timeout only has to cover an agent that died between receiving and acknowledging it.
@@ -53,6 +53,10 @@ def celery_settings(broker_url: str, *, host: str | None = None) -> dict[str, An
     }
     if conn.ssl is not None:
         settings["broker_use_ssl"] = conn.ssl
+    if conn.sentinel is not None:        # kombu's sentinel:// transport: the master group, the sentinels' login
+        options["master_name"] = conn.sentinel.master
+        options["sentinel_kwargs"] = {"socket_timeout": SOCKET_TIMEOUT,
+                                      "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT, **conn.sentinel_kwargs}
     if host is not None:
         from kombu.entity import Exchange, Queue
 
@@ -77,7 +81,24 @@ def redis_client(url: str, **overrides: Any) -> redis.Redis:
     conn = resolve(url)
     kwargs: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_CONNECT_TIMEOUT,
                               "health_check_interval": 10, "decode_responses": True, **conn.kwargs, **overrides}
+    if conn.sentinel is not None:
+        return _sentinel_client(conn, kwargs)
     try:
         return redis.Redis.from_url(conn.url, **kwargs)
     except ValueError as e:
         raise ValueError(f"bad broker URL {redact_url(url)}: {e}") from None
+
+
+def _sentinel_client(conn: Resolved, kwargs: dict[str, Any]) -> redis.Redis:
+    """A client of the primary of ``conn``'s master group: each new connection asks the sentinels where it is, and
+    one whose server turned replica is dropped (READONLY), so the caller's retry reaches the new primary."""
+    from redis.sentinel import Sentinel
+
+    assert conn.sentinel is not None
+    timeouts = {k: kwargs[k] for k in ("socket_timeout", "socket_connect_timeout")}
+    if conn.sentinel.tls:
+        kwargs = {**kwargs, "ssl": True}
+    sentinels = Sentinel(list(conn.sentinel.sentinels), sentinel_kwargs={**timeouts, **conn.sentinel_kwargs},  # type: ignore[no-untyped-call]
+                         **kwargs)
+    client: redis.Redis = sentinels.master_for(conn.sentinel.master, redis_class=redis.Redis, db=conn.sentinel.db)  # type: ignore[no-untyped-call]
+    return client

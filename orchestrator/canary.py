@@ -109,7 +109,7 @@ def figures(d: RunDetail) -> Figures:
     for key, entry in cell_entries(d):
         for metric, v in entry.values.items():
             if metric in METRICS and v is not None and math.isfinite(v) and abs(v) <= MAX_FIGURE:
-                values.setdefault((key_label(key), metric), []).append(float(v))
+                values.setdefault((entry.label or key_label(key), metric), []).append(float(v))
     return {k: statistics.fmean(v) for k, v in values.items()}
 
 

@@ -23,3 +23,4 @@ class Entry:
     step: str | None                  # the step (or network group) name in that run; None: the run lacks the cell
     op_mode: str | None
     values: dict[str, float | None]   # metric name -> value; None when not measured (yet)
+    label: str = ""                   # the cell's name (orchestrator.cells.cell_label, from the step's workload)

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from orchestrator.cellbase import Entry, Metric
-from orchestrator.cells import CellKey, cell_key
+from orchestrator.cells import CellKey, cell_key, cell_label
 from orchestrator.netreport import net_entries
+from orchestrator.power import efficiency
 from orchestrator.queries import RunDetail, app_metrics, cpu_figures, is_app_run, latency_figures
 from orchestrator.store.models import Result
 
@@ -30,7 +31,10 @@ STORAGE_METRICS = (Metric("iops", "IOPS", "{:,.0f}"), Metric("mb_s", "MB/s", "{:
                    Metric("cpu_usr_pct", "usr CPU %", "{:,.1f}"), Metric("cpu_sys_pct", "sys CPU %", "{:,.1f}"),
                    Metric("cpu_us_per_io", "CPU µs/IO", "{:,.2f}"),
                    # the whole host's CPU over the step, in % of all its CPUs (StepMetrics.host_cpu)
-                   Metric("host_cpu_pct", "host CPU %", "{:,.1f}"))
+                   Metric("host_cpu_pct", "host CPU %", "{:,.1f}"),
+                   # the host's power from its BMC during the step, and the figures per watt (orchestrator.power)
+                   Metric("watts", "W", "{:,.0f}"), Metric("iops_per_w", "IOPS/W", "{:,.1f}"),
+                   Metric("mb_s_per_w", "MB/s/W", "{:,.3f}"))
 APP_METRICS = (Metric("tps", "TPS", "{:,.1f}"), Metric("qps", "QPS", "{:,.1f}"),
                Metric("lat_avg_ms", "avg lat ms", "{:,.2f}"), Metric("lat_p95_ms", "p95 lat ms", "{:,.2f}"),
                Metric("lat_p99_ms", "p99 lat ms", "{:,.2f}"), Metric("errors", "errors", "{:,.0f}", diff=False),
@@ -52,6 +56,8 @@ def storage_values(res: Result | None) -> dict[str, float | None]:
               "lat_mean_us": _us(res.lat_mean_ns), "lat_max_us": _us(res.lat_max_ns),
               "lat_stddev_us": _us(res.lat_stddev_ns), "lat_p99_us": _us(res.lat_p99_ns),
               **latency_figures(res.metrics), **cpu_figures(res.metrics)}
+    eff = efficiency(res)
+    values.update(watts=eff["watts"], iops_per_w=eff["iops_per_w"], mb_s_per_w=eff["mbs_per_w"])
     return {m.name: values.get(m.name) for m in STORAGE_METRICS}
 
 
@@ -79,8 +85,9 @@ def cell_entries(d: RunDetail, with_op_mode: bool = False) -> Iterator[tuple[Cel
             values = storage_values(d.results.get(st.id))
         else:
             continue
-        yield cell_key(st.cell, with_op_mode=with_op_mode), Entry(st.name, str(st.cell.get("op_mode", "stock")),
-                                                                  values)
+        yield cell_key(st.cell, with_op_mode=with_op_mode), Entry(
+            st.name, str(st.cell.get("op_mode", "stock")), values,
+            cell_label(st.cell, st.workload, with_op_mode=with_op_mode))
 
 
 def metrics_of(kind: str) -> tuple[Metric, ...]:

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from labcontract.errors import CompareError, InputError
 from orchestrator.cellmetrics import APP_METRICS, HEADLINE, STORAGE_METRICS, Entry, Metric
 from orchestrator.cells import CellKey, key_label, needs_op_mode, op_modes
-from orchestrator.queries import RunDetail, is_app_run, run_detail
+from orchestrator.queries import RunDetail, is_app_run, resolve_run_id, run_detail
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.stats.samples import CellSamples, run_samples
 from orchestrator.stats.significance import Verdict, judge, test_for
@@ -41,7 +41,7 @@ CANNOT_JUDGE = "single run: cannot judge"
 @dataclass(frozen=True)
 class Row:
     key: CellKey
-    label: str                          # full cell name (orchestrator.cells.key_label), never truncated
+    label: str                          # full cell name (orchestrator.cells.cell_label), never truncated
     entries: list[Entry]                # one per run, in run order: the mean over the cell's repeats
     samples: list[CellSamples | None]   # one per run: every repeat's values; None: the run lacks the cell
     _verdicts: dict[tuple[int, str], Verdict | None] = field(default_factory=dict, repr=False, compare=False)
@@ -168,15 +168,32 @@ def compare_details(details: Sequence[RunDetail], units: str = "decimal") -> Com
     rows = []
     for k in order:
         samples = [cells.get(k) for cells in per_run]
-        rows.append(Row(k, key_label(k), [entry(cs) for cs in samples], samples))
+        label = next((cs.label for cs in samples if cs is not None), key_label(k))
+        rows.append(Row(k, label, [entry(cs) for cs in samples], samples))
     return Comparison(details, network[0], with_mode, metrics, rows)
 
 
-def compare_runs(s: Session, refs: Sequence[str], units: str = "decimal") -> Comparison:
-    """Resolve the run references (id, unique prefix, ``last``) and compare them; StoreError for an unknown one."""
+def baseline_first(ids: Sequence[str], baseline: str | None) -> list[str]:
+    """``ids`` with ``baseline`` first, the others in their order (none given: as they are): what ``labctl compare
+    --baseline``, ``GET /api/compare?baseline=`` and the compare page call. CompareError when it is not one of
+    them."""
+    ids = list(ids)
+    if not baseline:
+        return ids
+    if baseline not in ids:
+        raise CompareError(f"baseline {baseline[:64]!r} is not one of the compared runs "
+                           f"({', '.join(ids) or 'none picked'})")
+    return [baseline, *(rid for rid in ids if rid != baseline)]
+
+
+def compare_runs(s: Session, refs: Sequence[str], units: str = "decimal", baseline: str | None = None) -> Comparison:
+    """Resolve the run references (id, unique prefix, ``last``) and compare them, ``baseline`` (a reference to one
+    of them) first; StoreError for an unknown one."""
     if len(refs) < 2:
         raise CompareError(f"compare needs at least 2 runs, got {len(refs)}")
-    return compare_details([run_detail(s, ref, light=True) for ref in refs], units)
+    ids = [resolve_run_id(s, ref) for ref in refs]
+    ids = baseline_first(ids, resolve_run_id(s, baseline) if baseline else None)
+    return compare_details([run_detail(s, rid, light=True) for rid in ids], units)
 
 
 # --- JSON and CSV -------------------------------------------------------------------------------------
@@ -223,7 +240,8 @@ def as_json(c: Comparison) -> str:
     """The comparison as one JSON document (fields in docs/metrics.md); missing values are null."""
     runs = [{"ref": ref_name(i), "id": d.run.id, "suite": d.run.suite_name, "host": d.run.host,
              "devices": list(d.run.devices or [d.run.device]), "op_modes": op_modes(st.cell for st in d.steps),
-             "state": d.run.state, "partial": c.partial(i), "os": c.oses[i][0], "os_family": c.oses[i][1]}
+             "state": d.run.state, "partial": c.partial(i), "os": c.oses[i][0], "os_family": c.oses[i][1],
+             "lab": d.run.lab or ""}
             for i, d in enumerate(c.details)]
     diffed = [m for m in c.metrics if m.diff]
     cells = [{"cell": row.label, "key": dict(row.key),

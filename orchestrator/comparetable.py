@@ -24,6 +24,7 @@ from rich.console import Console
 from orchestrator.cellmetrics import HEADLINE, Metric
 from orchestrator.cells import op_modes
 from orchestrator.compare import ALPHA, CANNOT_JUDGE, Comparison, Row, ref_name
+from orchestrator.power import NOT_MEASURED, POWER_METRICS
 from orchestrator.stats.significance import test_for
 from orchestrator.textout import ColorSystem, drawn
 
@@ -40,7 +41,8 @@ def run_line(c: Comparison, i: int) -> str:
     os_name = c.oses[i][0]
     # the OS only when the runs differ in it (one device under Linux and under Windows)
     on = f", {os_name or 'OS unknown'}" if len({name for name, _ in c.oses}) > 1 else ""
-    line = f"{ref_name(i)}: {r.id} (suite {r.suite_name}, {where}{on}, {modes}, {r.state})"
+    lab = f"lab {r.lab}, " if r.lab else ""       # a run imported from another lab (labctl import)
+    line = f"{ref_name(i)}: {r.id} ({lab}suite {r.suite_name}, {where}{on}, {modes}, {r.state})"
     if c.partial(i):
         done = sum(1 for row in c.rows if any(v is not None for v in row.entries[i].values.values()))
         line += f" (partial: {done} of {sum(1 for row in c.rows if row.entries[i].step)} cells measured so far)"
@@ -85,7 +87,9 @@ def _lines(c: Comparison, metrics: list[Metric]) -> list[Line]:
             run = f"{ref_name(i)}{f' n={n}' if n > 1 else ''} {e.op_mode or ''}".rstrip()
             cells = [run]
             for m in metrics:
-                cells.append(fmt_value(m, e.values.get(m.name)))
+                v = e.values.get(m.name)
+                # a measured cell whose host's power was not read says so (orchestrator.power)
+                cells.append(NOT_MEASURED if v is None and m.name in POWER_METRICS and e.step else fmt_value(m, v))
                 if m.diff:
                     d = row.diff(i, m.name) if i else None
                     cells.append("-" if d is None else f"{d:+.1f}%")

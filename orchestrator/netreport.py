@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.cellbase import Entry, Metric
-from orchestrator.cells import CellKey
+from orchestrator.cells import CellKey, cell_label
 from orchestrator.cells import cell_key as identity
 from orchestrator.queries import RunDetail
 from orchestrator.store.models import NetGroup
@@ -139,6 +139,7 @@ def net_entries(detail: RunDetail, with_op_mode: bool = False) -> Iterator[tuple
     """A network run's measured groups (each repeat) as (cell key, entry) with their window figures, then a
     cell planned but not measured yet with no figures, so a partial run shows what it lacks."""
     seen: set[CellKey] = set()
+    workloads = {st.seq: st.workload for st in detail.steps if st.kind == "net" and st.cell.get("role") == "initiator"}
     for g in detail.net_groups:
         t = g.total
         values: dict[str, float | None] = {"gbps": t.get("initiator_gbps"), "target_gbps": t.get("target_gbps"),
@@ -146,9 +147,11 @@ def net_entries(detail: RunDetail, with_op_mode: bool = False) -> Iterator[tuple
         values.update({f"gbps.{p}": v.get("gbps") for p, v in g.per_path.items() if v.get("role") == "initiator"})
         key = _identity(g.cell, with_op_mode)
         seen.add(key)
-        yield key, Entry(g.name, str(g.cell.get("op_mode", "stock")), values)
+        yield key, Entry(g.name, str(g.cell.get("op_mode", "stock")), values, cell_label(
+            g.cell, workloads.get(g.seq), with_op_mode=with_op_mode))
     for st in detail.steps:
         key = _identity(st.cell, with_op_mode)
         if st.kind == "net" and st.cell.get("role") == "initiator" and key not in seen:
             seen.add(key)
-            yield key, Entry(st.name.rsplit("@", 1)[0], str(st.cell.get("op_mode", "stock")), {})
+            yield key, Entry(st.name.rsplit("@", 1)[0], str(st.cell.get("op_mode", "stock")), {},
+                             cell_label(st.cell, st.workload, with_op_mode=with_op_mode))

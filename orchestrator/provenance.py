@@ -22,6 +22,7 @@ from labcontract.suite import parse_suite
 from labcontract.units import format_size
 from orchestrator.cells import op_modes as cell_op_modes
 from orchestrator.queries import RunDetail
+from orchestrator.runfacts import override_rows, steady_word
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.store.models import Result, Run, Step
 
@@ -204,8 +205,7 @@ def _precondition_rows(detail: RunDetail) -> Rows:
         mix = f" {w['rwmixread']}/{100 - w['rwmixread']}" if w.get("rwmixread") is not None else ""
         what = (f"{w.get('rw')}{mix} {format_size(int(w['bs']))} at {w.get('numjobs')}T/{w.get('iodepth')}Q, "
                 f"{w.get('runtime')} s rounds") if w.get("bs") else UNKNOWN
-        state = "running" if pc.steady is None else "steady" if pc.steady else "NOT steady"
-        rows.append((f"preconditioning {pc.name}", f"{what}; {len(pc.rounds)} round(s), {state}: "
+        rows.append((f"preconditioning {pc.name}", f"{what}; {len(pc.rounds)} round(s), {steady_word(pc.steady)}: "
                                                    f"{text(pc.verdict)}"))
     return rows
 
@@ -267,9 +267,7 @@ def run_rows(run: Run, warnings: Sequence[str]) -> Rows:
             *([] if run.topology else [("host", text(run.host))]), ("submitted", _when(run.submitted_at)),
             ("started", _when(run.started_at)), ("ended", _when(run.ended_at)),
             ("state", _join(run.state, run.reason, sep=": ")),
-            ("runtime override", f"{run.runtime_override} s per cell" if run.runtime_override is not None
-             else "none"),
-            ("scale", f"x{run.scale:g}" if run.scale is not None else "none"),
+            *override_rows(run),
             ("live telemetry", "on (per-second fio snapshots)" if run.live else "off"),
             *(("warning", w) for w in warnings)]
 

@@ -13,7 +13,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from labcontract.units import format_size
+from orchestrator import power
+from orchestrator.cells import cell_label
 from orchestrator.provenance import DEVICE_COLUMNS, Provenance, ReadArtifact, describe
 from orchestrator.queries import (
     APP_FIGURES,
@@ -26,11 +27,12 @@ from orchestrator.queries import (
     point_dim_of,
     result_tool,
 )
+from orchestrator.runfacts import precondition_labels, precondition_line, steady_word
 from orchestrator.store.models import Result, Step
 
 # The four review metrics come first: throughput (read + write IOPS), average latency over all
 # I/Os, max latency, latency standard deviation over all I/Os (docs/metrics.md).
-COLUMNS = ("step", "state", "rw", "bs", "T x Q", "IOPS", "avg lat us", "max lat us", "lat stddev us",
+COLUMNS = ("step", "state", "workload", "IOPS", "avg lat us", "max lat us", "lat stddev us",
            "read IOPS", "write IOPS", "MB/s", "p99 lat us", "p99 clat us", "CPU us/IO")
 # (lat: fio's total latency, lat_ns: submission + completion; clat: its completion latency, clat_ns; CPU is fio's
 # own, user + system, per I/O)
@@ -42,15 +44,6 @@ def _us(ns: float | None) -> str:
 
 def _n(v: float | None, fmt: str = "{:,.0f}") -> str:
     return "-" if v is None else fmt.format(v)
-
-
-def _workload_cells(w: dict[str, Any] | None) -> list[str]:
-    if not w:
-        return ["-", "-", "-"]
-    rw = w["rw"] + (f" {w['rwmixread']}/{100 - w['rwmixread']}" if w.get("rwmixread") is not None else "")
-    if w.get("percentage_random") is not None:
-        rw += f" rand{w['percentage_random']}%"
-    return [rw, format_size(int(w["bs"])), f"{w['numjobs']} x {w['iodepth']}"]
 
 
 def metric_cells(m: dict[str, Any]) -> list[str]:
@@ -74,7 +67,7 @@ def _cpu_per_io(m: dict[str, Any] | None) -> str:
 
 def step_row(step: Step, result: Result | None) -> list[str]:
     head = [step.name, step.state if step.kind == "measure" else f"{step.kind} {step.state}",
-            *_workload_cells(step.workload)]
+            cell_label(step.cell, step.workload) if step.workload else "-"]
     if result is None:
         return head + ["-"] * (len(COLUMNS) - len(head))
     bw = None if result.bw_bytes is None else result.bw_bytes / 1e6
@@ -100,7 +93,7 @@ def table_rows(detail: RunDetail, *, rounds: bool = False) -> list[list[str]]:
         rows.append(step_row(st, res))
         if res is not None and res.per_device and st.kind == "measure":
             for dev, m in res.per_device.items():
-                rows.append([f"  {dev}", "", "", "", "", *metric_cells(m)])
+                rows.append([f"  {dev}", "", "", *metric_cells(m)])
     return rows
 
 
@@ -110,7 +103,8 @@ def results_table(detail: RunDetail, *, rounds: bool = False) -> Table:
                        f"{run.state}",
                   title_justify="left")
     for i, col in enumerate(COLUMNS):
-        table.add_column(col, justify="right" if i >= 4 else "left", no_wrap=i == 0)
+        table.add_column(col, justify="right" if i >= 3 else "left", no_wrap=i in (0, 2),
+                         min_width=12 if i == 1 else None)
     for row in table_rows(detail, rounds=rounds):
         table.add_row(*row)
     return table
@@ -214,13 +208,15 @@ def print_run(console: Console, detail: RunDetail, *, rounds: bool = False, arti
         console.print(app_table(detail))
     else:
         console.print(results_table(detail, rounds=rounds))
+        if (watts := power_table(detail)) is not None:
+            console.print(watts)
     repeats = repeats_table(detail)
     if repeats is not None:
         console.print(repeats)
     run = detail.run
+    labels = precondition_labels(detail.steps)
     for pc in detail.preconditions:
-        console.print(f"precondition {pc.name}: {_steady(pc.steady)}, {len(pc.rounds)} round(s): {pc.verdict}",
-                      highlight=False)
+        console.print(precondition_line(pc, labels.get(pc.seq)), highlight=False, markup=False)
     notes = sorted({st.note for st in detail.steps if st.note})
     for note in notes:
         console.print(f"note: {note}", highlight=False)
@@ -233,6 +229,20 @@ def print_run(console: Console, detail: RunDetail, *, rounds: bool = False, arti
             console.print(f"  {step.name}: {step.reason}")
     for line in provenance_lines(prov):
         console.print(line, highlight=False, markup=False)
+
+
+def power_table(detail: RunDetail) -> Table | None:
+    """Per measured step: the host's power, IOPS and MB/s per watt, its drives' temperature and thermal throttling
+    (orchestrator.power); None when the run has no measured step."""
+    rows = power.rows(detail)
+    if not rows:
+        return None
+    table = Table(title="power and drive temperature", title_justify="left")
+    for i, col in enumerate(power.COLUMNS):
+        table.add_column(col, justify="right" if i in (2, 3) else "left", no_wrap=i == 0)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def repeats_table(detail: RunDetail) -> Table | None:
@@ -249,10 +259,6 @@ def repeats_table(detail: RunDetail) -> Table | None:
     for row in rows:
         table.add_row(*row)
     return table
-
-
-def _steady(steady: bool | None) -> str:
-    return "running" if steady is None else "steady" if steady else "NOT steady"
 
 
 def _cell(value: str) -> str:
@@ -291,7 +297,11 @@ def write_markdown(detail: RunDetail, report_dir: Path, artifact_root: Path) -> 
     else:
         lines += ["## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         for row in table_rows(detail):
-            lines.append("| " + " | ".join(row) + " |")
+            lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+        if watts := power.rows(detail):
+            lines += ["", "## Power and drive temperature", "", "| " + " | ".join(power.COLUMNS) + " |",
+                      "|" + "---|" * len(power.COLUMNS), *("| " + " | ".join(_cell(c) for c in r) + " |"
+                                                         for r in watts)]
     from orchestrator.stats.samples import summary_rows
 
     heads, rows = summary_rows(detail)
@@ -303,9 +313,10 @@ def write_markdown(detail: RunDetail, report_dir: Path, artifact_root: Path) -> 
     if detail.preconditions:
         lines += ["", "## Preconditioning", "", "| group | rounds | steady | reached at | verdict |",
                   "|---|---|---|---|---|"]
+        labels = precondition_labels(detail.steps)
         for pc in detail.preconditions:
-            lines.append(f"| {pc.name} | {len(pc.rounds)} | {_steady(pc.steady)} | {pc.reached_round or '-'} | "
-                         f"{_cell(pc.verdict) or '-'} |")
+            lines.append(f"| {_cell(labels.get(pc.seq, pc.name))} | {len(pc.rounds)} | {steady_word(pc.steady)} | "
+                         f"{pc.reached_round or '-'} | {_cell(pc.verdict) or '-'} |")
     lines += ["", "## Artifacts", ""]
     for step in detail.steps:
         for att in step.attempts:

@@ -8,6 +8,7 @@ field, a compare metric), so a name never changes meaning with the option.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from labcontract.errors import ReportError
@@ -24,14 +25,18 @@ def check_units(units: str, option: str = "--units") -> str:
     return units
 
 
+_BANDWIDTH = re.compile(rf"(^|_){DECIMAL_SUFFIX}(_per_w)?$")
+
+
 def is_bandwidth(name: str) -> bool:
-    """Whether a figure's name is a bandwidth in MB/s (``mb_s``, ``read_mb_s``, ...)."""
-    return name == DECIMAL_SUFFIX or name.endswith("_" + DECIMAL_SUFFIX)
+    """Whether a figure's name is a bandwidth in MB/s (``mb_s``, ``read_mb_s``, ...), or one per watt
+    (``mb_s_per_w``)."""
+    return _BANDWIDTH.search(name) is not None
 
 
 def named(name: str, units: str) -> str:
     """The name of figure ``name`` (decimal) in ``units``: ``read_mb_s`` -> ``read_mib_s`` in binary."""
-    return name[: -len(DECIMAL_SUFFIX)] + BINARY_SUFFIX if units == "binary" and is_bandwidth(name) else name
+    return _BANDWIDTH.sub(rf"\1{BINARY_SUFFIX}\2", name) if units == "binary" and is_bandwidth(name) else name
 
 
 def value(name: str, v: float | None, units: str) -> float | None:

@@ -88,6 +88,7 @@ class PgServer:
     popen: subprocess.Popen[bytes] | None = None
     startup_s: float = 0.0
     databases: list[str] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)     # more ``name=value`` settings (after the defaults)
 
     @property
     def datadir(self) -> Path:
@@ -145,6 +146,8 @@ class PgServer:
                 "-c", f"listen_addresses={self.host}",
                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
                 "-c", "log_min_messages=warning"]
+        for setting in self.settings:
+            argv += ["-c", setting]
         with self.logfile.open("ab") as log:
             self.popen = subprocess.Popen([*_as_pg_user(), *argv], stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root)

@@ -3,8 +3,12 @@ port, with one token per role. Tests import the fixtures from here (``from tests
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -77,3 +81,20 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebHandle]:
         raise
     yield handle
     lab.lab.stop()
+
+
+def api_labctl(web: WebHandle, tmp_path: Path,
+               role: str = "viewer") -> Callable[..., subprocess.CompletedProcess[str]]:
+    """labctl through ``--api`` with a token of ``role`` (a viewer's unless told) and nowhere to read a store
+    from: only the API can answer."""
+    token_file = tmp_path / f"{role}.token"
+    token_file.write_text(web.tokens[role] + "\n")
+    os.chmod(token_file, 0o600)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAB_")}
+
+    def through_api(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(tmp_path / "none"),
+                               "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}", "--api", web.url,
+                               "--token-file", str(token_file), *args], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path, env=env)
+    return through_api

@@ -13,6 +13,7 @@ from agents.daemon import DEFAULT_APP_MOUNT_ROOT, Agent, AgentConfig, EventPubli
 from agents.drivehealth import DEFAULT_HELPER_SOCKET, source_for
 from agents.exporter import AgentCollector, parse_net_decl
 from agents.facts import collect_host_facts, declare_dut
+from agents.power import RedfishPower, load_bmc
 from agents.runner import FioRunner
 from agents.statelock import hold_state_dir
 from agents.workloads import Workloads
@@ -48,6 +49,7 @@ class AgentOptions:
     manage_mtu: bool = False                # network steps set their paths' MTU (else they check it)
     app_workloads: Path | None = None       # the external workload declarations (YAML; agents.workloads)
     app_mount_root: Path = DEFAULT_APP_MOUNT_ROOT   # application steps mount DUTs under it
+    bmc: Path | None = None                 # the host's BMC (YAML; agents.power): its power during each step
 
 
 def advertised_address(advertise: str | None, bind: str, port: int) -> str:
@@ -99,6 +101,7 @@ def main(opts: AgentOptions) -> None:
     check_agent_user(opts.broker_url, host)          # its broker user is agent-<host> (or a shared one)
     # validated here, once: a bad declarations file stops the agent at its start with every problem
     workloads = load_workloads(opts.app_workloads) if opts.app_workloads is not None else Workloads()
+    bmc = RedfishPower(*load_bmc(opts.bmc)) if opts.bmc is not None else None
     decls = tuple(parse_net_decl(spec) for spec in opts.net_paths)
     twice = sorted({d.name for d in decls if sum(e.name == d.name for e in decls) > 1})
     if twice:
@@ -122,6 +125,7 @@ def main(opts: AgentOptions) -> None:
     publisher = EventPublisher(client, host)
     runner = FioRunner(opts.state_dir, opts.fio_binary)
     runner.health = source_for(opts.drive_health_socket)
+    runner.power = bmc
     agent = Agent(config=config, facts=facts, runner=runner, publish=publisher.send,
                   publish_live=LivePublisher(client, host).send)
     runner.on_exit = agent.wake
@@ -141,6 +145,7 @@ def main(opts: AgentOptions) -> None:
              ", ".join(workloads.names) or "none")
     log.info("drive health around each step: %s", runner.health.name if runner.health else
              f"not read (no root helper at {opts.drive_health_socket}, not root)")
+    log.info("host power during each step: %s", bmc.name if bmc else "not measured (no --bmc declared)")
     try:
         run_agent(agent, opts.broker_url, loglevel=opts.log_level)
     finally:

@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from labcontract import __version__
-from labcontract.brokerauth import redact_url, with_credentials
+from labcontract.brokerauth import is_tls, redact_url, with_credentials
 from labcontract.errors import ConfigError, LabError
 from labcontract.telemetry import DEFAULT_AGENT_METRICS_PORT
 
@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="The root helper that reads the DUTs' NVMe smart-log / SMART around each fio step "
                    "(deployed by the lab_agent role); without it an agent running as root reads them itself, "
                    "any other leaves them out.")
+    p.add_argument("--bmc", type=Path, default=None, help="The host's BMC (YAML: url, user, password_file, ca_file, "
+                   "...; docs/power.md): its power is read over Redfish once a second during each fio step, for "
+                   "IOPS per watt; without it the host's power is not measured.")
     return p
 
 
@@ -84,8 +87,9 @@ def broker_url(ns: argparse.Namespace) -> str:
     if parts.password:
         print(f"warning: the broker URL holds a password ({redact_url(ns.broker)}): anyone on this machine can "
               "read it in the process list; use --broker-password-file / LAB_BROKER_PASSWORD_FILE", file=sys.stderr)
-    if (ns.broker_ca or ns.broker_cert) and parts.scheme != "rediss":
-        raise ConfigError("--broker-ca/--broker-cert", redact_url(ns.broker), "need a rediss:// URL")
+    if (ns.broker_ca or ns.broker_cert) and not is_tls(parts.scheme):
+        raise ConfigError("--broker-ca/--broker-cert", redact_url(ns.broker),
+                          "need a rediss:// or rediss+sentinel:// URL")
     if (ns.broker_cert is None) != (ns.broker_key is None):
         raise ConfigError("--broker-cert/--broker-key", "", "go together")
     return with_credentials(ns.broker, password_file=ns.broker_password_file, ca=ns.broker_ca,
@@ -104,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_port=None if ns.no_metrics else ns.metrics_port, metrics_bind=ns.metrics_bind,
             metrics_advertise=ns.metrics_advertise, net_paths=tuple(ns.net_path), manage_mtu=ns.manage_mtu,
             wipe_ok=tuple(ns.wipe_ok), app_workloads=ns.app_workloads,
-            app_mount_root=ns.app_mount_root, drive_health_socket=ns.drive_health_socket))
+            app_mount_root=ns.app_mount_root, drive_health_socket=ns.drive_health_socket,
+            bmc=ns.bmc))
     except LabError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

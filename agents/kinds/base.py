@@ -121,6 +121,9 @@ class StepKind(ABC):
     # its DUTs' health (NVMe smart-log / smartctl) is read before its launch and after its end
     # (agents.drivehealth): what a drive says it wrote, its temperature and errors around the step
     reads_health: ClassVar[bool] = False
+    # the host's power is read from its BMC while its process runs, when the agent has one declared
+    # (agents.power): what reports divide IOPS and MB/s by
+    samples_power: ClassVar[bool] = False
     # the agent platforms (Platform.name) it runs on: a start on another is refused (platform_refusal)
     platforms: ClassVar[frozenset[str]] = frozenset({"linux", "windows"})
 

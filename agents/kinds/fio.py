@@ -23,7 +23,9 @@ from labcontract import hostcpu
 from labcontract.drivehealth import ARTIFACT as DRIVE_HEALTH
 from labcontract.errors import FioError
 from labcontract.facts import DeclaredDut
+from labcontract.fioextra import FIO_KIND_VERSION
 from labcontract.fiojob import JobSection, check_job, render_job
+from labcontract.power import ARTIFACT as HOST_POWER
 from labcontract.protocol import StartStep
 
 if TYPE_CHECKING:
@@ -70,9 +72,11 @@ def written_duts(sections: Sequence[JobSection], duts: Sequence[DeclaredDut]) ->
 
 class FioKind(StepKind):
     action: ClassVar[str] = "fio"
+    command_version: ClassVar[int] = FIO_KIND_VERSION   # 2: the extended options (labcontract.fioextra)
     artifacts: ClassVar[tuple[str, ...]] = ("job.fio", "fio.json", "fio.stderr", DRIVE_HEALTH, hostcpu.START,
-                                            hostcpu.END)
+                                            hostcpu.END, HOST_POWER)
     reads_health: ClassVar[bool] = True
+    samples_power: ClassVar[bool] = True
 
     def interlock(self, msg: StartStep, targets: Targets, host: Host) -> Interlock:
         return Interlock("write", checked_job(msg, targets.duts, host.platform).written)

@@ -24,6 +24,7 @@ from orchestrator.controller.dispatch import Dispatcher
 from orchestrator.controller.lease import LeaseHeld, LeaseLost, migration_lock, take_lease
 from orchestrator.controller.notify import Notifier
 from orchestrator.controller.transient import FaultLog
+from orchestrator.labfile import Notify, notify_problems
 from orchestrator.runs.provisioning import Provisioner
 from orchestrator.store.db import make_engine, migrate, sessions
 
@@ -31,13 +32,36 @@ log = logging.getLogger(__name__)
 DEFAULT_PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 
 
+def notifier_of(options: Notify, lab: Notify, lab_file: Path | None) -> Notifier:
+    """The daemon's notifier: the lab file's sinks and the options', each once, every one checked now (every problem
+    logged, exit 2) and logged by its secret-free label."""
+    problems = notify_problems(options)
+    both = lab.plus(options)
+    notifier = Notifier(list(both.webhook), list(both.file), background=True, chats=list(both.chat))
+    try:
+        sinks = notifier.sinks()
+    except ValueError as e:         # (the lab file's were checked when it was read; the options' just above)
+        problems.append(str(e))
+    if problems:
+        for p in problems:
+            log.error("%s", p)
+        raise SystemExit(2)
+    of_lab = {s.key for s in Notifier(list(lab.webhook), list(lab.file), chats=list(lab.chat)).sinks()}
+    notifier.origins = {s.key: "lab file" if s.key in of_lab else "option" for s in sinks}
+    for s in sinks:
+        log.info("notifications of run ends to %s (from the %s)", s.label,
+                 f"lab file {lab_file}" if s.key in of_lab else "--notify-* options")
+    return notifier
+
+
 def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO",
          metrics_port: int | None = DEFAULT_CONTROLLER_METRICS_PORT, metrics_bind: str = "127.0.0.1",
          notify_webhooks: tuple[str, ...] = (), notify_files: tuple[Path, ...] = (),
          notify_chats: tuple[str, ...] = (), inventory: Path | None = None, playbooks: Path = DEFAULT_PLAYBOOKS,
-         standby: bool = True) -> None:
+         standby: bool = True, lab_notify: Notify | None = None, lab_file: Path | None = None) -> None:
     """``metrics_port``: the exporter's port (0: an ephemeral one, logged); None: no exporter.
-    ``standby``: when another controller holds the lease, wait and take over when it stops (else exit 2)."""
+    ``standby``: when another controller holds the lease, wait and take over when it stops (else exit 2).
+    ``lab_notify``: the sinks of the lab file ``lab_file`` (its ``[notify]``), delivered to beside the options'."""
     setup_logging(log_level, host="controller")
     stopping = threading.Event()
     running: list[Controller] = []
@@ -50,12 +74,8 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
 
     signal.signal(signal.SIGTERM, _stop)      # ansible-runner never replaces these (orchestrator.runs.provisioning)
     signal.signal(signal.SIGINT, _stop)
-    notifier = Notifier(list(notify_webhooks), list(notify_files), background=True, chats=list(notify_chats))
-    try:
-        notifier.sinks()               # every URL checked now, before anything runs
-    except ValueError as e:
-        log.error("%s", e)
-        raise SystemExit(2) from None
+    notifier = notifier_of(Notify(notify_webhooks, tuple(p.absolute() for p in notify_files), notify_chats),
+                           lab_notify or Notify(), lab_file)
     provisioner = None
     if inventory is not None:          # read once; every problem of it reported now, before anything runs
         provisioner = Provisioner(load_inventory(inventory), inventory, playbooks, config.lab_dir / "provisioning",

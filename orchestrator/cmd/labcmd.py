@@ -11,8 +11,12 @@ from typing import Annotated
 import typer
 
 from labcontract.errors import LabError
+from orchestrator.cmd.notifyopts import NotifyChats, NotifyFiles, NotifyWebhooks, given_sinks
+from orchestrator.labctl.common import command_group
+from orchestrator.labctl.groups import HELP
+from orchestrator.labfile import Notify
 
-lab_app = typer.Typer(help="The embedded one-machine lab with its web service.", no_args_is_help=True)
+lab_app = command_group(help=HELP["lab"], no_args_is_help=True)
 
 
 @lab_app.callback()
@@ -35,21 +39,29 @@ def up(
                                                  "root.", min=2, max=8)] = None,
     vm_cache: Annotated[Path, typer.Option(help="Where the guest image is cached (with --vms).")] = (
         Path.home() / ".cache" / "storagelab" / "vmlab"),
+    notify_webhook: NotifyWebhooks = None,
+    notify_file: NotifyFiles = None,
+    notify_chat: NotifyChats = None,
 ) -> None:
     """Start the lab and its web service, print the URL and an admin token, and keep everything running until
-    Ctrl-C (or SIGTERM); then stop every process of it. With --vms N: boot N virtual hosts instead and print the
-    inventory and the command that deploys the lab onto them."""
-    from orchestrator import labfile
+    Ctrl-C (or SIGTERM); then stop every process of it. Its controller delivers the end of each run to the
+    --notify-* sinks, written into the lab file's notify table with those it had. With --vms N: boot N virtual hosts
+    instead and print the inventory and the command that deploys the lab onto them."""
     from orchestrator.labs.up import StopSignals, serve_until_stopped, start_lab_up
 
     root = (lab_dir or Path(tempfile.mkdtemp(prefix="storagelab-lab-"))).resolve()
     if vms is not None:
+        if notify_webhook or notify_file or notify_chat:
+            print("error: --notify-* is not for --vms: the VM lab's controller is deployed by site.yml (its "
+                  "lab_controller_args, or a [notify] table in its LAB_DIR/lab.toml)", file=sys.stderr)
+            raise typer.Exit(2)
         raise typer.Exit(_vms_up(root, vms, vm_cache.resolve()))
     signals = StopSignals()
     code = 1
     try:
         try:
             up_ = start_lab_up(root, port=port, duts=duts, size_mib=size_mib,
+                               notify=given_sinks(notify_webhook, notify_file, notify_chat),
                                progress=lambda line: print(line, flush=True))
         except KeyboardInterrupt:
             print("interrupted while starting; stopped", file=sys.stderr)
@@ -63,8 +75,10 @@ def up(
             print(f"admin token: {up_.token}", flush=True)
             print(f"token file: {up_.token_file}  (labctl --api {up_.url} --token-file {up_.token_file} runs)",
                   flush=True)
-            lab_file = labfile.write(root, broker=up_.lab.labctl_url, store=up_.store_url, api=up_.url,
-                                     token_file=up_.token_file, by="labctl lab up")
+            lab_file = up_.lab_file
+            if up_.notify:
+                print(f"notifications: {notify_summary(up_.notify)} (the lab file's [notify]; labctl notifications "
+                      "lists their state)", flush=True)
             print(f"lab directory: {root} (logs in {root / 'logs'}); Ctrl-C stops the lab", flush=True)
             print(f"labctl with this lab: LAB_DIR={root} labctl runs  (its lab file: {lab_file})", flush=True)
             code = serve_until_stopped(up_, signals.stop, lambda line: print(line, file=sys.stderr, flush=True))
@@ -74,6 +88,14 @@ def up(
     finally:
         signals.restore()
     raise typer.Exit(code)
+
+
+def notify_summary(notify: Notify) -> str:
+    """The sinks named without a secret: a file's path, a webhook's scheme and host (its URL may hold a token)."""
+    from orchestrator.controller.notify import Notifier
+
+    sinks = Notifier(list(notify.webhook), list(notify.file), chats=list(notify.chat)).sinks()
+    return ", ".join(s.label for s in sinks)
 
 
 def _vms_up(root: Path, n: int, cache: Path) -> int:

@@ -11,12 +11,14 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cmd.labcmd import lab_app
+from orchestrator.cmd.notifyopts import NotifyChats, NotifyFiles, NotifyWebhooks, given_sinks
 from orchestrator.config import ControllerTuning
 from orchestrator.labctl.cli import app
 from orchestrator.labctl.common import State, fails_cleanly, out
+from orchestrator.labctl.groups import add_group
+from orchestrator.labctl.reach import guard
 
-app.add_typer(lab_app, name="lab")
+add_group(app, "lab", "orchestrator.cmd.labcmd:lab_app")
 
 
 @app.command()
@@ -59,6 +61,9 @@ def controller(log_level: Annotated[str, typer.Option()] = "INFO",
                notify_chat: Annotated[list[str] | None, typer.Option(
                    help="POST {\"text\": a line a person reads} to a chat's incoming webhook (Slack, Mattermost, "
                         "Google Chat, a Teams connector) when a run ends (repeat).")] = None,
+               no_lab_notify: Annotated[bool, typer.Option(
+                   "--no-lab-notify", help="Ignore the sinks of the lab file's notify table (only the --notify-* "
+                                           "options' are delivered to).")] = False,
                inventory: Annotated[Path | None, typer.Option(
                    help="The lab's Ansible inventory directory: suites with phases.provision purge, set OP modes "
                         "and record DUT facts through playbooks/.")] = None,
@@ -66,15 +71,20 @@ def controller(log_level: Annotated[str, typer.Option()] = "INFO",
                    "--no-standby", help="When another controller holds the lease, exit (code 2) instead of "
                                         "standing by to take over when it stops.")] = False,
                ) -> None:
-    """Run the controller daemon (the store's only writer; one at a time: the others stand by)."""
+    """Run the controller daemon (the store's only writer; one at a time: the others stand by). It delivers the end
+    of each run to the --notify-* sinks and to those of the lab file's notify table."""
     from orchestrator.cmd.controller import main
+    from orchestrator.labfile import Notify
+
+    lab = State.lab
 
     main(State.config, ControllerTuning(heartbeat_timeout_s=heartbeat_timeout, net_start_lead_s=net_start_lead),
          log_level=log_level,
          metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
          notify_webhooks=tuple(notify_webhook or ()), notify_files=tuple(notify_file or ()),
          notify_chats=tuple(notify_chat or ()), inventory=inventory,
-         standby=not no_standby)
+         standby=not no_standby, lab_notify=Notify() if lab is None or no_lab_notify else lab.notify,
+         lab_file=None if lab is None else lab.path)
 
 
 @app.command()
@@ -109,6 +119,9 @@ def agent(
     app_mount_root: Annotated[Path, typer.Option(help="Where application steps mount a DUT's filesystem "
                                                       "(<root>/<attempt id>; traversable by every OS user).")]
     = Path("/run/storagelab/apps"),
+    bmc: Annotated[Path | None, typer.Option(help="The host's BMC (YAML: url, user, password_file, ca_file, ...; "
+                                                  "docs/power.md): its power is read over Redfish once a second "
+                                                  "during each fio step, for IOPS per watt.")] = None,
 ) -> None:
     """Run the agent daemon on a lab host."""
     from agents.cmd.agent import AgentOptions, main
@@ -119,7 +132,7 @@ def agent(
                       metrics_port=None if no_metrics else metrics_port, metrics_bind=metrics_bind,
                       metrics_advertise=metrics_advertise, net_paths=tuple(net_path or ()),
                       manage_mtu=manage_mtu, wipe_ok=tuple(wipe_ok or ()), app_workloads=app_workloads,
-                      app_mount_root=app_mount_root))
+                      app_mount_root=app_mount_root, bmc=bmc))
 
 
 @app.command()
@@ -132,12 +145,26 @@ def demo(
     keep_dut: Annotated[bool, typer.Option("--keep-dut", help="Keep the DUT's image file when the demo ends "
                                                               "(removed by default: it is --size-mib large).")]
     = False,
+    notify_webhook: NotifyWebhooks = None,
+    notify_file: NotifyFiles = None,
+    notify_chat: NotifyChats = None,
 ) -> None:
-    """Start a one-machine lab (redis, controller, agent, file-backed DUT) and run a short suite."""
+    """Start a one-machine lab (redis, controller, agent, file-backed DUT) and run a short suite; its end goes to the
+    lab file's notify-table sinks and the --notify-* ones (written into it)."""
     from orchestrator.labs.demo import run_demo
 
     raise typer.Exit(run_demo(State.config, out, runtime=runtime, size_mib=size_mib,
-                              reuse_broker=reuse_broker, keep_dut=keep_dut))
+                              reuse_broker=reuse_broker, keep_dut=keep_dut,
+                              notify=given_sinks(notify_webhook, notify_file, notify_chat)))
+
+
+def _api_url() -> str | None:
+    from orchestrator.labctl.apicmds import ApiOptions
+
+    return ApiOptions.url
+
+
+guard(app, _api_url)      # every command that cannot go through --api refuses it with the reason (labctl/reach.py)
 
 
 def main() -> None:

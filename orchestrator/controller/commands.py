@@ -1,6 +1,6 @@
 """Commands from the CLI and the web service (submit, cancel, schedules, release, pause, resume; rerun and tokens in
-:mod:`.admin`), scheduled submissions and end notifications; and the judgement of a submission against what
-agents registered.
+:mod:`.admin`) and scheduled submissions (end notifications in :mod:`.notifying`); and the judgement of a
+submission against what agents registered.
 
 Who sent a command (its actor): on ``lab:commands`` (labctl users) always "labctl", whatever the command says;
 on ``lab:commands:web`` (only the broker user ``web`` may write it) the actor the web service names
@@ -11,12 +11,11 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labcontract.errors import LabError, Problem, ProtocolError, SubmissionError, SuiteError
+from labcontract.errors import Problem, ProtocolError, SubmissionError, SuiteError
 from labcontract.protocol import (
     COMMANDS_STREAM,
     TOKEN_COMMANDS,
@@ -25,6 +24,8 @@ from labcontract.protocol import (
     AnyCommandType,
     Cancel,
     CancelStep,
+    ImportArtifact,
+    ImportRun,
     Pause,
     Release,
     Reply,
@@ -40,15 +41,16 @@ from labcontract.protocol import (
 from labcontract.suite import Suite, parse_suite
 from orchestrator.controller.admin import AdminMixin
 from orchestrator.controller.boundary import REASON_MAX, reason_of
+from orchestrator.controller.imports import ImportMixin
 from orchestrator.controller.intake import command_refusal, valid_reply_to
-from orchestrator.controller.notify import Delivered, Delivery, encode, from_schedule, payload, regressed_payload
+from orchestrator.controller.notifying import NotifyMixin
 from orchestrator.controller.transient import transient_kind
 from orchestrator.runs import health, netgroups
 from orchestrator.runs.cron import cron_problem, next_fire
 from orchestrator.runs.planner import net_hosts_of, plan
 from orchestrator.runs.submission import judge, new_run_id
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, RunState, StepState, check_run
-from orchestrator.store.models import Host, Result, Run, Schedule, Step, find_device
+from orchestrator.store.models import Host, Run, Schedule, Step, find_device
 
 log = logging.getLogger("orchestrator.controller")
 REPLY_TTL_S = 300
@@ -73,7 +75,7 @@ def command_target(cmd: AnyCommandType) -> str:
     return "-"
 
 
-class CommandsMixin(AdminMixin):
+class CommandsMixin(AdminMixin, NotifyMixin, ImportMixin):
     def handle_command(self, raw: str | bytes, stream: str = COMMANDS_STREAM) -> None:
         """Decode, apply and answer one command from ``stream``. One that cannot be decoded, or a token command
         that is not from the web service's stream, raises ProtocolError (dead-lettered by the intake), after an
@@ -115,6 +117,10 @@ class CommandsMixin(AdminMixin):
             reply = self.schedules(cmd)
         elif isinstance(cmd, Release):
             reply = self.release(cmd)
+        elif isinstance(cmd, ImportArtifact):
+            reply = self.import_artifact(cmd)
+        elif isinstance(cmd, ImportRun):
+            reply = self.import_run(cmd)
         else:
             reply = self.pause_or_resume(cmd)
         return reply
@@ -303,16 +309,6 @@ class CommandsMixin(AdminMixin):
                 sch.disabled_reason = f"disabled {time.strftime('%Y-%m-%d %H:%M')}: {why}"[:REASON_MAX]
                 log.error("schedule %s disabled: %s (labctl schedule rm %s, then add it again)", name, why, name)
 
-    def _mark_run(self, run_id: str, what: str, why: str, *, notified: bool = False) -> None:
-        """A run a duty was set aside for: the reason on the run (``notified``: its notification is not tried
-        again)."""
-        with self.sessions.begin() as s:
-            run = s.get(Run, run_id)
-            if run is not None:
-                run.set_aside = "; ".join(x for x in (run.set_aside, f"{what}: {why}") if x)[:REASON_MAX]
-                if notified:
-                    run.notified_at = self.clock()
-
     def pause_or_resume(self, cmd: Pause | Resume) -> Reply:
         with self.sessions.begin() as s:
             run = s.get(Run, cmd.run_id)
@@ -332,86 +328,3 @@ class CommandsMixin(AdminMixin):
                 run.state = str(check_run(run.id, run.state, target))
                 log.info("run resumed", extra={"run": run.id, "host": run.host})
             return Reply(ok=True, run_id=run.id)
-
-    def _regressions_of(self, run_id: str) -> tuple[list[dict[str, Any]], str]:
-        """A scheduled run's regressions against its history and what the history could say (``no regression
-        against its 12-run history ...``, ``the suite changed on r...: new series, history too short``), for its
-        notification (none when they cannot be judged: the notification still goes). Behind the boundary: a
-        judgement that fails marks the run."""
-        from orchestrator.runhistory import run_history
-
-        def judged() -> tuple[list[dict[str, Any]], str]:
-            with self.sessions() as s:
-                try:
-                    h = run_history(s, run_id)
-                except LabError as e:
-                    log.warning("regressions of run %s not judged: %s", run_id, e, extra={"run": run_id})
-                    return [], f"history not judged: {e}"
-                return ([r.as_dict() for r in h.regressions], h.summary()) if h is not None else ([], "")
-
-        got = self.boundary.item("history", f"history of run {run_id}", judged,
-                                 lambda why: self._mark_run(run_id, "history not judged", why))
-        return got or ([], "")
-
-    def notify(self) -> None:
-        """Hand the end notifications the store says are due to the notifier's sinks, and write down what they took
-        (see orchestrator.controller.notify): each run behind the boundary (one whose notification cannot be built
-        is marked and not tried again). Nothing here waits on a sink: a sink that fails is retried by its own
-        thread while the loop goes on."""
-        if self.notifier is None or not self.notifier.enabled:
-            return
-        if self.delivery is None:
-            self.delivery = Delivery(self.notifier.sinks(), background=self.notifier.background)
-        delivery = self.delivery
-        self._took(delivery.collect())
-        with self.sessions() as s:
-            query = select(Run.id).where(Run.state.in_([str(x) for x in TERMINAL_RUN]), Run.notified_at.is_(None))
-            if delivery.in_flight:
-                query = query.where(Run.id.not_in(list(delivery.in_flight)))
-            due = list(s.scalars(query.limit(20)))
-        for run_id in due:
-            self.boundary.item("notifications", f"notification of run {run_id}",
-                               partial(self._hand_run, run_id, delivery),
-                               partial(self._mark_run, run_id, "notification not sent", notified=True))
-        self._took(delivery.collect())
-
-    def _hand_run(self, run_id: str, delivery: Delivery) -> None:
-        """Build one ended run's bodies (its history judged once) and hand them to the sinks that have not taken it."""
-        with self.sessions() as s:
-            run = s.get(Run, run_id)
-            scheduled = run is not None and run.notified_at is None and from_schedule(run) is not None
-        regs, history = self._regressions_of(run_id) if scheduled else ([], "")
-        with self.sessions.begin() as s:
-            run = s.get(Run, run_id)
-            if run is None or run.notified_at is not None:
-                return
-            pending = [k for k in delivery.sinks if k not in (run.notified_sinks or [])]
-            if not pending:
-                run.notified_at = self.clock()
-                return
-            results = {r.step_id: r for r in s.scalars(select(Result).where(Result.run_id == run.id))}
-            bodies = [payload(run, results)]
-            if scheduled:
-                bodies[0]["regressions"] = regs
-                bodies[0]["history"] = history
-                if regs:
-                    bodies.append(regressed_payload(run, regs))
-            data = [encode(b) for b in bodies]
-        delivery.hand(run_id, data, pending)
-
-    def _took(self, delivered: list[Delivered]) -> None:
-        """Write down the sinks that took a run; a run every sink took is notified."""
-        assert self.delivery is not None
-        took: dict[str, list[str]] = {}
-        for d in delivered:
-            if not d.error:
-                took.setdefault(d.run, []).append(d.sink)
-        for run_id, sinks in took.items():
-            with self.sessions.begin() as s:
-                run = s.get(Run, run_id)
-                if run is None:
-                    continue
-                done = list(dict.fromkeys([*(run.notified_sinks or []), *sinks]))
-                run.notified_sinks = done
-                if run.notified_at is None and set(self.delivery.sinks) <= set(done):
-                    run.notified_at = self.clock()

@@ -6,19 +6,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import redis
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from labcontract.protocol import CancelStep, ReportStep, StartStep
 from labcontract.suitebase import RetryCause
 from orchestrator import canary, kinds
 from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
-from orchestrator.controller import retries
+from orchestrator.controller import liveness, retries
 from orchestrator.controller.boundary import Boundary
 from orchestrator.controller.dispatch import Dispatcher
+from orchestrator.controller.hostcache import HostCache
 from orchestrator.controller.notify import Delivery, Notifier
 from orchestrator.runs.provisioning import Provisioner
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, TERMINAL_STEP, RunState, StepState, check_run, check_step
@@ -27,12 +29,22 @@ from orchestrator.store.models import Attempt, Host, Run, Step
 log = logging.getLogger("orchestrator.controller")
 
 
+class Seen(Protocol):
+    """What the liveness checks read of a host (a Host, or a plain row of these columns)."""
+
+    name: str
+    last_seen: float | None
+    clock_skew_s: float | None
+
+
 class ControllerCore:
     def __init__(self, sessions: sessionmaker[Session], client: redis.Redis, dispatcher: Dispatcher,
                  artifacts: ArtifactStore, tuning: ControllerTuning | None = None,
                  clock: Callable[[], float] = time.time, notifier: Notifier | None = None,
                  provisioner: Provisioner | None = None) -> None:
         self.sessions, self.redis, self.dispatcher = sessions, client, dispatcher
+        liveness.listen(sessions)                  # heartbeats are written as each transaction commits
+        self.host_cache = HostCache(sessions)      # the scheduler's hosts, loaded again when one is written
         self.artifacts = artifacts
         self.tuning = tuning or ControllerTuning()
         self.clock = clock
@@ -46,10 +58,11 @@ class ControllerCore:
         self._asked: dict[str, float] = {}           # attempt id -> last stop/report request (throttle)
         self.last_pass_at: float | None = None     # time.time() of the last completed loop pass (/health)
 
-    def host_up(self, host: Host | None) -> bool:
+    def host_up(self, host: Host | Seen | None) -> bool:
+        """Whether the host heartbeated within ``heartbeat_timeout_s`` (a row or any record of its ``last_seen``)."""
         return bool(host and host.last_seen and self.clock() - host.last_seen <= self.tuning.heartbeat_timeout_s)
 
-    def _note_skews(self, hosts: Sequence[Host]) -> None:
+    def _note_skews(self, hosts: Sequence[Host | Seen]) -> None:
         """The hosts' clock skews (measured at registration) for the dispatcher's message expiry."""
         skews = getattr(self.dispatcher, "skew_s", None)
         if isinstance(skews, dict):
@@ -58,8 +71,12 @@ class ControllerCore:
                 skews.clear()
                 skews.update(fresh)
 
-    def _active_attempts(self, s: Session, host: str | None = None) -> list[Attempt]:
+    def _active_attempts(self, s: Session, host: str | None = None, *, with_steps: bool = False) -> list[Attempt]:
+        """``with_steps``: each attempt's step comes in the same query (what a pass over every attempt reads of it;
+        the rest of a step loads when touched), not one query per attempt."""
         q = select(Attempt).where(Attempt.state.in_([str(x) for x in ACTIVE_STEP]))
+        if with_steps:
+            q = q.options(joinedload(Attempt.step).load_only(Step.id, Step.run_id, Step.kind, Step.name, Step.state))
         if host is not None:
             q = q.where(Attempt.host == host)
         return list(s.scalars(q))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from labcontract.errors import ProtocolError, StepOutputError
 from labcontract.protocol import (
@@ -22,6 +22,7 @@ from labcontract.protocol import (
 from orchestrator import kinds
 from orchestrator.controller.core import ControllerCore
 from orchestrator.controller.intake import judge, mark_incompatible
+from orchestrator.controller.liveness import SEEN
 from orchestrator.runs import health
 from orchestrator.states import TERMINAL_STEP, StepState
 from orchestrator.store.models import Artifact, Attempt, Device, Host
@@ -43,11 +44,7 @@ class EventsMixin(ControllerCore):
         elif isinstance(ev, Register):
             self._on_register(s, ev)
         elif isinstance(ev, Heartbeat):
-            host = s.get(Host, ev.host)
-            if host is not None:
-                host.last_seen = self.clock()
-                if ev.health:
-                    health.apply(host, ev.health, self.clock(), self.tuning.quarantine_after)
+            self._on_heartbeat(s, ev)
         elif judge(att := s.get(Attempt, ev.attempt_id), ev.attempt_id, ev.type, source):
             if isinstance(ev, StepStarted):
                 self._on_started(s, ev)
@@ -57,6 +54,19 @@ class EventsMixin(ControllerCore):
                 self._on_unknown(s, ev)
         elif isinstance(ev, StepEnded) and att is not None:
             self._duplicate_end(att, ev)
+
+    def _on_heartbeat(self, s: Session, ev: Heartbeat) -> None:
+        """The host is seen now (an unknown host: nothing). Without health checks only the liveness column is
+        written, for every such heartbeat of the transaction in one statement as it commits (:mod:`.liveness`):
+        neither the host's row nor its facts are loaded (a lab's every heartbeat)."""
+        now = self.clock()
+        if not ev.health:
+            s.info.setdefault(SEEN, {})[ev.host] = now
+            return
+        host = s.get(Host, ev.host, options=[defer(Host.facts)])
+        if host is not None:
+            host.last_seen = now
+            health.apply(host, ev.health, now, self.tuning.quarantine_after)
 
     def _duplicate_end(self, att: Attempt, ev: StepEnded) -> None:
         """An end of an attempt that already ended changes nothing; its artifacts are still judged (refused, so
@@ -99,7 +109,7 @@ class EventsMixin(ControllerCore):
                  extra={"host": ev.host})
         # Ask where every attempt we think is on this host stands: re-adoption and ends
         # reported while we were away come back through the normal event path.
-        for att in self._active_attempts(s, ev.host):
+        for att in self._active_attempts(s, ev.host, with_steps=True):
             if att.id not in ev.running and not self._is_local(att.step):
                 self.dispatcher.report(ev.host, ReportStep(attempt_id=att.id))
 

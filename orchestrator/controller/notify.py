@@ -14,7 +14,12 @@ A run that came from a schedule (a nightly) is judged against its history when i
 the same sinks, before the run is marked notified (the same at-least-once delivery).
 
 A sink is named in logs and in the store by its key (``file:<path>``, ``webhook:<12 hex digits of the URL's
-SHA-256>``) and a label (a webhook's scheme and host only): a webhook URL often holds its token.
+SHA-256>``) and a label (a webhook's scheme and host only): a webhook URL often holds its token. Each attempt is
+reported back to the loop, which keeps every sink's delivery state in the store (``notify_sinks``, schema 0017,
+:mod:`orchestrator.controller.sinkstate`): the web service and ``labctl notifications`` list it.
+
+The sinks come from the controller's ``--notify-*`` options and from the ``[notify]`` table of its lab's file
+(orchestrator.labfile), each sink once; :attr:`Notifier.origins` says which.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import os
 import queue
 import threading
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -66,6 +71,8 @@ def regressed_payload(run: Run, regressions: list[dict[str, Any]]) -> dict[str, 
 class Sink(Protocol):
     key: str      # stable, secret-free: what runs.notified_sinks records
     label: str    # what logs say
+    kind: str     # file | webhook | chat
+    target: str   # secret-free: a file's path, a webhook's scheme://host/…
 
     def deliver(self, data: bytes) -> None:
         """Deliver one body; OSError when it did not arrive."""
@@ -73,9 +80,12 @@ class Sink(Protocol):
 
 
 class FileSink:
+    kind = "file"
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.key = self.label = f"file:{path}"
+        self.target = str(path)
 
     def deliver(self, data: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -94,7 +104,8 @@ class WebhookSink:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"--notify-{self.kind}: not an http(s) URL with a host")
         self.key = f"{self.kind}:" + hashlib.sha256(url.encode()).hexdigest()[:12]
-        self.label = f"{self.kind} {parts.scheme}://{parts.hostname}/… ({self.key})"
+        self.target = f"{parts.scheme}://{parts.hostname}/…"
+        self.label = f"{self.kind} {self.target} ({self.key})"
 
     def body(self, data: bytes) -> bytes:
         return data
@@ -154,12 +165,14 @@ def chat_text(body: dict[str, Any]) -> str:
 
 class Notifier:
     def __init__(self, webhooks: list[str] | None = None, files: list[Path] | None = None,
-                 timeout_s: float = 3.0, *, background: bool = False, chats: list[str] | None = None) -> None:
+                 timeout_s: float = 3.0, *, background: bool = False, chats: list[str] | None = None,
+                 origins: dict[str, str] | None = None) -> None:
         self.webhooks = list(webhooks or [])
         self.chats = list(chats or [])
         self.files = list(files or [])
         self.timeout_s = timeout_s
         self.background = background    # the daemon's: each sink from a thread (Delivery); else pass by pass
+        self.origins = dict(origins or {})  # sink key -> where it was configured ("lab file", "option")
 
     @property
     def enabled(self) -> bool:
@@ -183,11 +196,14 @@ def encode(body: dict[str, Any]) -> bytes:
 
 @dataclass(frozen=True)
 class Delivered:
-    """What a sink's thread reports: ``run`` delivered (``error`` empty) or, in step mode, not."""
+    """What a sink reports of one attempt: ``run`` delivered (``error`` empty) or not. ``final``: the run is no
+    longer in the sink's hands (delivered, or in step mode failed and handed again later); a failed attempt of a
+    sink's thread is not final (the thread retries it)."""
 
     run: str
     sink: str
     error: str = ""
+    final: bool = True
 
 
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 300.0
@@ -229,12 +245,20 @@ class Delivery:
                 d = self._done.get_nowait()
             except queue.Empty:
                 return out
-            left = self.in_flight.get(d.run)
+            left = self.in_flight.get(d.run) if d.final else None
             if left is not None:
                 left.discard(d.sink)
                 if not left:
                     del self.in_flight[d.run]
             out.append(d)
+
+    def pending(self) -> dict[str, int]:
+        """Per sink, the runs handed to it and not delivered yet."""
+        counts = dict.fromkeys(self.sinks, 0)
+        for sinks in self.in_flight.values():
+            for key in sinks:
+                counts[key] = counts.get(key, 0) + 1
+        return counts
 
     def stop(self) -> None:
         self._stop.set()
@@ -249,6 +273,10 @@ class Delivery:
         except OSError as e:
             log.warning("notification of run %s to %s failed: %s", run, sink.label, e, extra={"run": run})
             return Delivered(run, sink.key, str(e) or type(e).__name__)
+        except Exception as e:   # never the end of a sink's thread; its message may name the URL: only its type
+            log.warning("notification of run %s to %s failed: %s", run, sink.label, type(e).__name__,
+                        extra={"run": run})
+            return Delivered(run, sink.key, type(e).__name__)
         return Delivered(run, sink.key)
 
     def _serve(self, sink: Sink, q: queue.Queue[tuple[str, list[bytes]] | None]) -> None:
@@ -263,6 +291,7 @@ class Delivery:
                 if not d.error:
                     self._done.put(d)
                     break
+                self._done.put(replace(d, final=False))      # its state is shown; the run stays in flight
                 log.info("run %s to %s: retried in %.0f s", run, sink.label, wait, extra={"run": run})
                 if self._stop.wait(wait):
                     return

@@ -9,7 +9,7 @@ import time
 from functools import partial
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, defer, selectinload
+from sqlalchemy.orm import Session, selectinload
 
 from labcontract import interlock
 from labcontract.errors import LabError
@@ -80,16 +80,16 @@ class DispatchMixin(ControllerCore):
             for run in runs:
                 if run.state == RunState.QUEUED and run.expires_at is not None and now >= run.expires_at:
                     self._expire(run)
-            # facts and health are large JSON the scheduler never reads: not loaded here; the devices' observed
-            # state is (the interlock reads it for every start; deferred, it cost a query per start)
-            hosts = {h.name: h for h in s.scalars(select(Host).options(
-                defer(Host.facts), defer(Host.health), selectinload(Host.devices)))}
-            summary = StepSummary.of(s, [r.id for r in runs], kinds=any(h.step_kinds for h in hosts.values()))
+            hosts = self.host_cache.hosts(s)      # kept between passes, loaded again when one is written
+            # lazy: only the runs this pass starts have their next step read
+            summary = StepSummary.of(s, [r.id for r in runs], kinds=any(h.step_kinds for h in hosts.values()),
+                                     lazy=True)
             for run in runs:
                 self._stop_if_quarantined(run, hosts, summary)
             live = [r for r in runs if r.state not in TERMINAL_RUN]
-            decision = decide(live, hosts, now, self.host_up, summary, kinds.agent_kinds())
-            due = decision.dispatch[:self.tuning.dispatch_batch] if only is None else \
+            decision = decide(live, hosts, now, self.host_up, summary, kinds.agent_kinds(),
+                              limit=self.tuning.dispatch_batch if only is None else None)
+            due = decision.dispatch if only is None else \
                 [(run, step) for run, step in decision.dispatch if (run.id, step.id) == only]
             started = [(run, step, self._new_attempt(s, run, step, now))
                        for run, step in self._with_groups(due)

@@ -51,10 +51,12 @@ class WatchdogsMixin(ControllerCore):
         resend: list[StartStep] = []
         cancels: list[tuple[str, CancelStep]] = []
         with self.sessions.begin() as s:
-            hosts = {h.name: h for h in s.scalars(select(Host))}
+            # what the watchdog reads of the hosts, in plain rows: no host object, nor its facts, each pass
+            hosts = {h.name: h for h in s.execute(select(Host.name, Host.last_seen, Host.incompatible,
+                                                         Host.clock_skew_s))}
             self._note_skews(list(hosts.values()))
             touched: set[str] = set()
-            for att in self._active_attempts(s):
+            for att in self._active_attempts(s, with_steps=True):
                 if only is not None and att.id != only:
                     continue
                 if self._is_local(att.step):

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator import units as unit
-from orchestrator.cells import cell_key, key_label
+from orchestrator.cells import CellKey, cell_key, cell_label, key_label
+from orchestrator.power import efficiency
 from orchestrator.queries import (
     APP_FIGURES,
     RunDetail,
@@ -31,12 +32,14 @@ FIGURES = ("read_iops", "write_iops", "iops", "read_mb_s", "write_mb_s", "mb_s",
            "lat_stddev_us", "lat_p99_us", "lat_p99_99_us", "lat_p99_999_us", "clat_mean_us", "clat_p99_us",
            "cpu_usr_pct", "cpu_sys_pct", "cpu_us_per_io", "host_cpu_pct", "host_iowait_pct",
            "host_cpu_us_per_io")
+POWER_FIGURES = ("watts", "peak_w", "iops_per_w", "mb_s_per_w")   # a step's host power (orchestrator.power)
 DEVICE_FACTS = ("device_model", "device_serial", "device_firmware")
 STEP_HEAD = ("run", "suite", "host", "devices", "step", "kind", "round", "repeat", "cell", "dims", "op_mode",
              "profile")
 
 APP_DIMS = ("app", "threads", "clients")
-RESULT_COLUMNS = (*STEP_HEAD, *WORKLOAD_DIMS, "mtu", "paths", *APP_DIMS, *FIGURES, *APP_FIGURES, "runtime_s",
+RESULT_COLUMNS = (*STEP_HEAD, *WORKLOAD_DIMS, "mtu", "paths", *APP_DIMS, *FIGURES, *POWER_FIGURES, *APP_FIGURES,
+                  "runtime_s",
                   "fio_version", "result_kind", "tool", "tool_version", *DEVICE_FACTS)
 DEVICE_COLUMNS = (*STEP_HEAD, "device", *DEVICE_FACTS, *FIGURES)
 PATH_COLUMNS = ("run", "suite", "group", "cell", "dims", "profile", "mtu", "paths", "tool", "path", "host", "role",
@@ -75,15 +78,16 @@ def _devices(res: Result) -> list[dict[str, Any]]:
     return list(prov.get("devices") or ([prov["device"]] if prov.get("device") else []))
 
 
-def _cell(cell: Mapping[str, Any]) -> tuple[str, str]:
-    """The cell's name (as compare matches it) and its dims ``k=v;...``. ``net_paths`` (the path names a
-    path mode resolves to on one lab) is left out, as compare leaves it out: ``paths`` says the mode."""
+def _cell(cell: Mapping[str, Any], workload: Mapping[str, Any] | None) -> tuple[str, str]:
+    """The cell's name (:func:`orchestrator.cells.cell_label`, as compare and the reports name it) and its dims
+    ``k=v;...``. ``net_paths`` (the path names a path mode resolves to on one lab) is left out, as compare leaves
+    it out: ``paths`` says the mode."""
     c = {k: v for k, v in cell.items() if k != "net_paths"}
-    return key_label(cell_key(c)), ";".join(f"{k}={v}" for k, v in cell_key(c, with_op_mode=True))
+    return cell_label(c, workload), ";".join(f"{k}={v}" for k, v in cell_key(c, with_op_mode=True))
 
 
 def _step_head(d: RunDetail, st: Step) -> dict[str, Value]:
-    label, dims = _cell(st.cell)
+    label, dims = _cell(st.cell, st.workload)
     return {"run": d.run.id, "suite": d.run.suite_name, "host": st.host or d.run.host,
             "devices": _joined(d.run.devices or [d.run.device]), "step": st.name, "kind": st.kind,
             "round": st.round, "repeat": st.cell.get("repeat"), "cell": label, "dims": dims,
@@ -98,6 +102,13 @@ def _metrics_figures(m: Mapping[str, Any]) -> dict[str, Value]:
             "lat_mean_us": _us(c.get("lat_mean_ns")), "lat_max_us": _us(c.get("lat_max_ns")),
             "lat_stddev_us": _us(c.get("lat_stddev_ns")),
             "lat_p99_us": _us((c.get("percentiles_ns") or {}).get("p99")), **latency_figures(m), **cpu_figures(m)}
+
+
+def power_figures(res: Result) -> dict[str, Value]:
+    """The host's average and peak watts during the step and the step's figures per watt (empty: not measured)."""
+    eff = efficiency(res)
+    return {"watts": eff["watts"], "peak_w": eff["peak_w"], "iops_per_w": eff["iops_per_w"],
+            "mb_s_per_w": eff["mbs_per_w"]}
 
 
 def _measured(d: RunDetail) -> Iterator[tuple[Step, Result]]:
@@ -121,7 +132,7 @@ def result_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
                "read_mb_s": _mb(res.read_bw_bytes), "write_mb_s": _mb(res.write_bw_bytes), "mb_s": _mb(res.bw_bytes),
                "lat_mean_us": _us(res.lat_mean_ns), "lat_max_us": _us(res.lat_max_ns),
                "lat_stddev_us": _us(res.lat_stddev_ns), "lat_p99_us": _us(res.lat_p99_ns),
-               **latency_figures(res.metrics), **cpu_figures(res.metrics),
+               **latency_figures(res.metrics), **cpu_figures(res.metrics), **power_figures(res),
                "runtime_s": res.runtime_ms / 1000, "fio_version": res.fio_version or None,
                **{f: _joined([dv.get(f.removeprefix("device_")) for dv in devs]) for f in DEVICE_FACTS}}
 
@@ -136,8 +147,9 @@ def device_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
 
 
 def path_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
+    workloads = {st.seq: st.workload for st in d.steps if st.kind == "net" and st.cell.get("role") == "initiator"}
     for g in d.net_groups:
-        label, dims = _cell(g.cell)
+        label, dims = _cell(g.cell, workloads.get(g.seq))
         window = g.window_end - g.window_start if g.window_start is not None and g.window_end is not None else None
         for path, e in g.per_path.items():
             yield {"run": d.run.id, "suite": d.run.suite_name, "group": g.name, "cell": label, "dims": dims,
@@ -152,7 +164,7 @@ def path_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
 def series_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
     for st, res in _measured(d):
         cols = res.series or {}
-        label = _cell(st.cell)[0]
+        label = _cell(st.cell, st.workload)[0]
         for i, t in enumerate(cols.get("t") or []):
             yield {"run": d.run.id, "step": st.name, "kind": st.kind, "round": st.round, "cell": label, "t": t,
                    **{c: _at(cols.get(c), i) for c in SERIES_COLUMNS[6:]}}
@@ -163,7 +175,7 @@ def app_series_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
     for st, res in _measured(d):
         if st.kind != "app":
             continue
-        label = _cell(st.cell)[0]
+        label = _cell(st.cell, st.workload)[0]
         for name, values in app_series(res).items():
             for t, v in enumerate(values, start=1):
                 yield {"run": d.run.id, "step": st.name, "cell": label, "op_mode": st.cell.get("op_mode"),
@@ -177,8 +189,11 @@ def cell_rows(d: RunDetail) -> Iterator[dict[str, Value]]:
     from orchestrator.stats.samples import run_samples, summary_metrics
 
     metrics = summary_metrics(d)
+    names: dict[CellKey, str] = {}          # the cell's name without its OP mode (a column of its own)
+    for st in sorted(d.steps, key=lambda st: st.cell.get("role") == "target"):    # a network cell: its initiators'
+        names.setdefault(cell_key(st.cell, with_op_mode=True), cell_label(st.cell, st.workload))
     for cs in run_samples(d, with_op_mode=True).values():
-        head = {"run": d.run.id, "suite": d.run.suite_name, "host": d.run.host, "cell": key_label(
+        head = {"run": d.run.id, "suite": d.run.suite_name, "host": d.run.host, "cell": names.get(cs.key) or key_label(
             tuple(kv for kv in cs.key if kv[0] != "op_mode")), "op_mode": cs.op_mode,
             "profile": dict(cs.key).get("profile"), "planned": cs.planned}
         for m in metrics:

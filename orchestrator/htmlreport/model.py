@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.cells import CellKey, cell_key, needs_op_mode
+from orchestrator.cells import CellKey, cell_key, cell_label, key_label, needs_op_mode
 from orchestrator.provenance import Provenance, ReadArtifact, describe
 from orchestrator.queries import RunDetail
 from orchestrator.store.models import Result, Step
@@ -136,6 +136,7 @@ class ReportContext:
     with_op_mode: bool = False      # cells are matched with their OP mode (a run holds several modes)
     options: dict[str, str] = field(default_factory=dict)
     history: dict[str, RunHistory] = field(default_factory=dict)   # run id -> against its history (given)
+    names: dict[CellKey, str] = field(default_factory=dict)        # ctx.key -> the cell's name, first run first
 
     @classmethod
     def of(cls, details: list[RunDetail], options: Mapping[str, str] | None = None,
@@ -146,10 +147,29 @@ class ReportContext:
                 # light details) read in a child would use the parent's store connection
                 _ = (res.series, res.lat_hist, res.per_device, res.per_path, res.metrics, res.provenance)
         views = [RunView(d, i, describe(d, read_artifact)) for i, d in enumerate(details)]
-        return cls(views, needs_op_mode([st.cell for st in d.steps] for d in details), dict(options or {}))
+        with_mode = needs_op_mode([st.cell for st in d.steps] for d in details)
+        names: dict[CellKey, str] = {}
+        for d in details:
+            for st in sorted(d.steps, key=lambda st: st.cell.get("role") == "target"):  # a network cell: initiators'
+                names.setdefault(cell_key(st.cell, with_op_mode=with_mode),
+                                 cell_label(st.cell, st.workload, with_op_mode=with_mode))
+            workloads = {st.seq: st.workload for st in d.steps if st.cell.get("role") == "initiator"}
+            for g in d.net_groups:
+                names.setdefault(cell_key(g.cell, with_op_mode=with_mode),
+                                 cell_label(g.cell, workloads.get(g.seq), with_op_mode=with_mode))
+        return cls(views, with_mode, dict(options or {}), names=names)
 
     def key(self, step: Step) -> CellKey:
         return cell_key(step.cell, with_op_mode=self.with_op_mode)
+
+    def label(self, step: Step, *, tq: bool = True) -> str:
+        """The step's cell by its one name (:func:`orchestrator.cells.cell_label`: compare and the text report
+        name it so too); ``tq=False``: without its T x Q (a ladder)."""
+        return cell_label(step.cell, step.workload, with_op_mode=self.with_op_mode, tq=tq)
+
+    def name(self, key: CellKey) -> str:
+        """A cell key's name: the label of the first step of the report with that key (:meth:`label`)."""
+        return self.names.get(key) or key_label(key)
 
     def n_runs(self) -> str:
         return f"{len(self.runs)} run" + ("s" if len(self.runs) != 1 else "")

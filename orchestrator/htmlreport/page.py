@@ -15,8 +15,12 @@ from orchestrator.htmlreport.model import ChartKind, Figure, ReportContext, Tabl
 
 CSS = """
 :root { color-scheme: light; }
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 0 auto;
-       max-width: 1100px; padding: 1.5rem; color: #1b1b1b; background: #fff; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; margin: 0;
+       padding: 1.5rem; color: #1b1b1b; background: #fff; }
+/* the text reads in a 1,100 px column; a table is as wide as it needs, up to the window, and scrolls in its box
+   beyond that (never the page) */
+body > header > :not(.tablewrap), nav.toc, main > section > :not(figure):not(.tablewrap),
+figure.chart > :not(.tablewrap) { max-width: min(100%, 1100px); margin-left: auto; margin-right: auto; }
 h1 { font-size: 1.6rem; margin: 0 0 .3rem; } h2 { font-size: 1.25rem; margin-top: 2.2rem;
   border-bottom: 1px solid #ccc; padding-bottom: .2rem; } h3 { font-size: 1.02rem; margin: 1.4rem 0 .3rem; }
 .meta, .n, .caption { color: #555; font-size: .86rem; }
@@ -24,13 +28,17 @@ h1 { font-size: 1.6rem; margin: 0 0 .3rem; } h2 { font-size: 1.25rem; margin-top
 table { border-collapse: collapse; font-size: .8rem; margin: .4rem 0 1rem; }
 th, td { border: 1px solid #ddd; padding: .18rem .45rem; text-align: right; white-space: nowrap; }
 th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
+/* names wrap within their column (a heading, a cell's or run's name) before a table needs to scroll; numbers never */
+th, table.data td:first-child { white-space: normal; } table.data td:first-child { min-width: 12em; }
 table.kv td { text-align: left; white-space: normal; } table.kv td:first-child { color: #555; }
-.tablewrap { overflow-x: auto; max-width: 100%; }
+.tablewrap { overflow-x: auto; width: fit-content; margin-left: max(0px, (100% - 1100px) / 2);
+             max-width: calc(100% - max(0px, (100% - 1100px) / 2)); }
+.tablewrap > table { margin: .4rem 0 1rem; }
 figure.chart { margin: 0 0 1.6rem; break-inside: avoid; page-break-inside: avoid; }
 figure.chart svg { max-width: 100%; height: auto; display: block; }
 nav.toc ul { columns: 2; font-size: .9rem; }
 table.runs th, table.runs td { text-align: left; }
-@media print { nav.toc { display: none; } body { max-width: none; padding: 0; font-size: 11px; }
+@media print { nav.toc { display: none; } body { padding: 0; font-size: 11px; }
   h2 { break-before: auto; } a { color: inherit; text-decoration: none; } }
 """
 

@@ -16,6 +16,8 @@ from labcontract.fiojob import device_section, render_job
 from labcontract.fioresult import StepMetrics, latency_bins, parse_fio_groups
 from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
 from labcontract.hostcpu import HostCpu
+from labcontract.power import ARTIFACT as POWER_ARTIFACT
+from labcontract.power import parse_host_power
 from labcontract.protocol import StartStep
 from labcontract.suite import Workload
 from orchestrator.kinds.base import KindContext
@@ -82,8 +84,12 @@ class FioKind(BaseKind):
             if bins and lat_hist is not None:
                 lat_hist["per_device"] = {dev: bins[1].get(device_section(step.name, i), {"read": [], "write": []})
                                           for i, dev in enumerate(devices)}
-        s.add(fio_result(ctx, s, att, metrics, per_device=per_device, series=series, lat_hist=lat_hist,
-                         drive_health=health))
+        result = fio_result(ctx, s, att, metrics, per_device=per_device, series=series, lat_hist=lat_hist,
+                            drive_health=health)
+        power = host_power(att, (stored or {}).get(POWER_ARTIFACT))
+        if power is not None:
+            result.provenance = {**(result.provenance or {}), "power": power}
+        s.add(result)
         if step.kind == "precondition":
             nxt = preconditioning.after_round(s, run, step, metrics, ctx.clock())
             if nxt is not None:
@@ -139,6 +145,20 @@ def drive_health(att: Attempt, raw: bytes | None) -> dict[str, Any] | None:
         return None
     try:
         return parse_drive_health(raw, f"attempt {att.id} {HEALTH_ARTIFACT}").model_dump(mode="json")
+    except ProtocolError as e:
+        log.warning("%s", e, extra=ctx_of(att))
+        return None
+
+
+def host_power(att: Attempt, raw: bytes | None) -> dict[str, Any] | None:
+    """The attempt's ``host-power.json`` (labcontract.power) as the result keeps it; None when the agent sent none
+    (no BMC declared, an older agent), or one that does not fit (logged: a result is never refused for it)."""
+    if raw is None:
+        return None
+    try:
+        # the per-second series stays in the artifact (host-power.json): the row keeps the summary
+        return parse_host_power(raw, f"attempt {att.id} {POWER_ARTIFACT}").model_dump(mode="json",
+                                                                                     exclude={"series"})
     except ProtocolError as e:
         log.warning("%s", e, extra=ctx_of(att))
         return None

@@ -11,15 +11,12 @@ before use, and every failure a :class:`LabError` whose message is the server's 
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import re
-import socket
-import ssl
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from labcontract.brokerauth import first_line_of_private_file
@@ -42,6 +39,9 @@ MAX_ARTIFACT_BYTES = 128 << 20     # the controller refuses larger artifacts (do
 TOKEN_MAX = 512
 CHUNK = 1 << 20
 TOKEN_RE = re.compile(r"[\x21-\x7e]{1,512}")            # printable, no whitespace: it goes into a header
+if TYPE_CHECKING:
+    import http.client
+
 RUN_FILTERS = ("state", "suite", "host", "model", "firmware", "op_mode", "since", "until")
 
 
@@ -87,6 +87,9 @@ class ApiClient:
     # --- transport ------------------------------------------------------------------------------
 
     def _connection(self) -> http.client.HTTPConnection:
+        import http.client  # here, not at labctl's start (its --help and --version never open a connection)
+        import ssl
+
         if self.scheme == "https":
             return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s,
                                                context=ssl.create_default_context())
@@ -101,12 +104,14 @@ class ApiClient:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         conn = self._connection()
+        import http.client
+
         try:
             conn.request(method, url, body=data, headers=headers)
             return conn, conn.getresponse()
         except (OSError, http.client.HTTPException) as e:
             conn.close()
-            why = "timed out" if isinstance(e, (TimeoutError, socket.timeout)) else str(e) or type(e).__name__
+            why = "timed out" if isinstance(e, TimeoutError) else str(e) or type(e).__name__
             raise ServiceError(f"cannot reach the web service at {self.base_url}: {why}") from None
 
     def _request(self, method: str, path: str, query: Sequence[tuple[str, str]] = (),
@@ -193,6 +198,10 @@ class ApiClient:
     def schedules(self) -> list[dict[str, Any]]:
         return self._list("/api/schedules")
 
+    def notifications(self) -> list[dict[str, Any]]:
+        """The notification sinks with their delivery state (``labctl notifications``)."""
+        return self._list("/api/notifications")
+
     def canaries(self) -> list[dict[str, Any]]:
         """The canary schedules with their DUTs' last verdicts (``labctl canary list``)."""
         return self._list("/api/canaries")
@@ -218,13 +227,22 @@ class ApiClient:
         """One HTML report of the runs (``labctl report RUN... --html``: several overlaid)."""
         return self._text("/api/report", [("run", r) for r in run_ids])
 
+    def reference(self, run_id: str, suite: str, fmt: str = "json", units: str = "decimal") -> str:
+        """The run against the reference set of ``suite``: JSON, or the lines ``labctl compare --reference``
+        prints (``table``)."""
+        data = self._request("GET", "/api/reference", [("run", run_id), ("suite", suite), ("format", fmt),
+                                                       ("units", units)], limit=MAX_TEXT_BYTES)
+        return data.decode("utf-8", errors="replace")
+
     def compare(self, run_ids: Sequence[str], fmt: str = "html", units: str = "decimal", *, width: int = 200,
-                color: str | None = None) -> tuple[str, list[str]]:
-        """The comparison in ``fmt`` (``table``: drawn ``width`` wide in ``color``) and the runs still going on."""
+                color: str | None = None, baseline: str | None = None) -> tuple[str, list[str]]:
+        """The comparison in ``fmt`` (``table``: drawn ``width`` wide in ``color``), against ``baseline`` (one of
+        the runs; default: the first), and the runs still going on."""
         headers: dict[str, str] = {}
         data = self._request("GET", "/api/compare", [*(("run", r) for r in run_ids), ("format", fmt),
                                                      ("units", units), ("width", str(width)),
-                                                     ("color", color or "none")],
+                                                     ("color", color or "none"),
+                                                     *((("baseline", baseline),) if baseline else ())],
                              limit=MAX_TEXT_BYTES, headers_out=headers)
         partial = [r for r in headers.get("x-partial-runs", "").split(",") if r]
         return data.decode("utf-8", errors="replace"), partial
@@ -258,6 +276,8 @@ class ApiClient:
     def download(self, artifact_id: int | str, dest: str | Path) -> Path:
         """Write an artifact to ``dest`` (a file, or a directory: the artifact's name in it), checking its
         sha256 against the ``X-Content-SHA256`` header; a mismatch leaves nothing at ``dest``."""
+        import http.client
+
         path = f"/api/artifacts/{_seg(str(artifact_id))}"
         conn, resp = self._open("GET", path)
         try:
@@ -334,6 +354,16 @@ class ApiClient:
                                                            "quarantine": quarantine, "priority": priority},
                             source=source)
 
+    def schedule_add(self, name: str, cron: str, host: str, devices: Sequence[str], *, suite: str | None = None,
+                     suite_yaml: str | None = None, source: str | None = None, runtime: int | None = None,
+                     scale: float | None = None, priority: int = 0,
+                     expires_after_s: int | None = None) -> dict[str, Any]:
+        """A recurring submission (``labctl schedule add``), checked by the service as a submission is."""
+        body = {"name": name, "cron": cron, "suite": suite, "suite_yaml": suite_yaml, "host": host,
+                "devices": list(devices), "runtime": runtime, "scale": scale, "priority": priority,
+                "expires_after_s": expires_after_s}
+        return self._object("POST", "/api/schedules", body=body, source=source or suite or "suite")
+
     def schedule_remove(self, name: str) -> dict[str, Any]:
         return self._object("DELETE", f"/api/schedules/{_seg(name)}")
 
@@ -362,6 +392,8 @@ def _seg(value: str) -> str:
 
 
 def _read_bounded(resp: http.client.HTTPResponse, limit: int, base_url: str) -> bytes:
+    import http.client
+
     try:
         declared = int(resp.getheader("Content-Length") or 0)
     except ValueError:
@@ -400,6 +432,8 @@ def _detail(data: bytes) -> tuple[str, list[Problem]]:
 
 def _error(status: int, data: bytes, method: str, path: str, source: str | None) -> LabError:
     """The LabError of an HTTP error status, carrying the server's reason (and every problem, for input)."""
+    import http.client
+
     detail, problems = _detail(data)
     reason = detail or http.client.responses.get(status, "error")
     if status == 401:
@@ -412,7 +446,8 @@ def _error(status: int, data: bytes, method: str, path: str, source: str | None)
         return _relabel(NotFound("resource", path), reason)
     if status == 409:
         errors = [str(p) for p in problems] or [reason]
-        return _relabel(CommandRefused(f"{method} {path}", errors), "the controller refused: " + "; ".join(errors))
+        # the controller's reasons as labctl prints them against the broker (common.checked_reply): the same words
+        return _relabel(CommandRefused(f"{method} {path}", errors), "; ".join(errors))
     if status in (413, 422):
         problems = problems or [Problem("", reason)]
         return (SubmissionError if source else InputError)(source or f"{method} {path}", problems)

@@ -9,13 +9,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from labcontract.errors import ConfigError, Problem, SubmissionError
-from orchestrator.labctl.api import ApiClient
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.labctl.api import ApiClient
 
 SUITE_MAX_BYTES = 1 << 20           # the service refuses larger bodies (max_body_bytes); say so before sending
 
@@ -35,6 +36,8 @@ def api_client() -> ApiClient | None:
         return None
     if ApiOptions.token_file is None:
         raise ConfigError("--api", ApiOptions.url[:200], "needs --token-file (a file holding the token, mode 600)")
+    from orchestrator.labctl.api import ApiClient  # (imported when --api is given: not at labctl's start)
+
     api = ApiClient.from_token_file(ApiOptions.url, ApiOptions.token_file)
     if api.scheme == "http" and api.host not in ("127.0.0.1", "::1", "localhost"):
         print(f"warning: --api {api.base_url} is plain http: the token crosses the network unencrypted (use the "
@@ -55,28 +58,29 @@ def _s(value: Any, n: int = 200) -> str:
     return "-" if value is None else str(value)[:n]
 
 
+def suite_of(suite_ref: str) -> tuple[str | None, str | None]:
+    """What the service takes for a suite: a built-in suite's name, or a suite file's text (bounded)."""
+    from labcontract.suite import builtin_suites, is_bare_name
+
+    if is_bare_name(suite_ref) and suite_ref in builtin_suites():
+        return suite_ref, None
+    try:
+        with Path(suite_ref).open("rb") as f:
+            raw = f.read(SUITE_MAX_BYTES + 1)
+    except OSError as e:
+        raise SubmissionError(suite_ref, [Problem("", f"cannot read the suite file: {e.strerror}")]) from None
+    if len(raw) > SUITE_MAX_BYTES:
+        raise SubmissionError(suite_ref, [Problem("", f"larger than {SUITE_MAX_BYTES >> 10} KiB")])
+    return None, raw.decode("utf-8", errors="replace")
+
+
 def submit(api: ApiClient, suite_ref: str, host: str, devices: Sequence[str], *, initiators: Sequence[str] = (),
            runtime: int | None = None, scale: float | None = None, live: bool = True, priority: int = 0,
            not_before: float | None = None, expires_at: float | None = None,
            max_rounds: int | None = None, repeat: int | None = None) -> str:
     """A built-in suite goes by name, a suite file by its text (the service validates both, every problem at
     once); prints and returns the run id."""
-    from labcontract.suite import builtin_suites, is_bare_name
-
-    name: str | None = None
-    text: str | None = None
-    if is_bare_name(suite_ref) and suite_ref in builtin_suites():
-        name = suite_ref
-    else:
-        path = Path(suite_ref)
-        try:
-            with path.open("rb") as f:
-                raw = f.read(SUITE_MAX_BYTES + 1)
-        except OSError as e:
-            raise SubmissionError(suite_ref, [Problem("", f"cannot read the suite file: {e.strerror}")]) from None
-        if len(raw) > SUITE_MAX_BYTES:
-            raise SubmissionError(suite_ref, [Problem("", f"larger than {SUITE_MAX_BYTES >> 10} KiB")])
-        text = raw.decode("utf-8", errors="replace")
+    name, text = suite_of(suite_ref)
     run_id = api.submit(host, devices, suite=name, suite_yaml=text, source=suite_ref, initiators=initiators,
                         runtime=runtime, scale=scale, live=live, priority=priority, not_before=not_before,
                         expires_at=expires_at, max_rounds=max_rounds, repeat=repeat)
@@ -96,6 +100,8 @@ def run_command(api: ApiClient, ref: str, what: str, reason: str | None = None) 
 
 
 def print_runs(api: ApiClient, out: Console, limit: int, **filters: Any) -> None:
+    from rich.table import Table
+
     table = Table("run", "suite", "target", "state", "steps", "submitted", "by", "reason")
     got, before = 0, None
     while got < limit:
@@ -104,7 +110,9 @@ def print_runs(api: ApiClient, out: Console, limit: int, **filters: Any) -> None
             if not isinstance(r, dict):
                 continue
             devices = _items(r.get("devices"))
-            table.add_row(_s(r.get("id")), _s(r.get("suite")), f"{_s(r.get('host'))}:{','.join(map(str, devices))}",
+            lab = f"{_s(r.get('lab'), 64)}: " if r.get("lab") else ""      # a run imported from another lab
+            table.add_row(_s(r.get("id")), _s(r.get("suite")),
+                          f"{lab}{_s(r.get('host'))}:{','.join(map(str, devices))}",
                           _s(r.get("state")), f"{_s(r.get('steps_done'))}/{_s(r.get('steps_total'))}",
                           _when(r.get("submitted_at")), _s(r.get("submitted_by"), 40), _s(r.get("reason"), 60))
             got += 1
@@ -115,6 +123,8 @@ def print_runs(api: ApiClient, out: Console, limit: int, **filters: Any) -> None
 
 
 def print_queue(api: ApiClient, out: Console) -> None:
+    from rich.table import Table
+
     table = Table("run", "suite", "prio", "target", "state", "steps", "status")
     for q in api.queue():
         table.add_row(_s(q.get("run_id")), _s(q.get("suite")), _s(q.get("priority")), _s(q.get("target")),

@@ -15,15 +15,17 @@ from labcontract.brokerauth import (
     LABCTL,
     USER_NAME,
     SecretDir,
+    is_tls,
     lab_users,
     redact_url,
     with_credentials,
     write_secret,
 )
 from labcontract.errors import ConfigError
-from orchestrator.labctl.common import fails_cleanly, out
+from orchestrator.labctl.common import command_group, fails_cleanly, out
+from orchestrator.labctl.groups import HELP
 
-broker_app = typer.Typer(help="Broker users (Redis ACL) and their password files.", no_args_is_help=True)
+broker_app = command_group(help=HELP["broker"], no_args_is_help=True)
 
 
 def broker_url_of(url: str, *, password_file: Path | None = None, ca: Path | None = None,
@@ -39,8 +41,9 @@ def broker_url_of(url: str, *, password_file: Path | None = None, ca: Path | Non
     if parts.password:
         print(f"warning: the broker URL holds a password ({redact_url(url)}): anyone on this machine can read "
               "it in the process list; use --broker-password-file / LAB_BROKER_PASSWORD_FILE", file=sys.stderr)
-    if (ca or cert) and parts.scheme != "rediss":
-        print(f"error: --broker-ca/--broker-cert need a rediss:// URL, not {redact_url(url)}", file=sys.stderr)
+    if (ca or cert) and not is_tls(parts.scheme):
+        print(f"error: --broker-ca/--broker-cert need a rediss:// or rediss+sentinel:// URL, not {redact_url(url)}",
+              file=sys.stderr)
         raise typer.Exit(2)
     if (cert is None) != (key is None):
         print("error: --broker-cert and --broker-key go together", file=sys.stderr)

@@ -11,17 +11,16 @@ import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from labcontract.errors import NotFound, Problem, SubmissionError
 from labcontract.limits import MAX_PRIORITY
-from orchestrator.labctl.common import State, fails_cleanly, out, reply_or_fail, sessions_or_fail
+from orchestrator.labctl.common import State, command_group, fails_cleanly, out, reply_or_fail, sessions_or_fail
+from orchestrator.labctl.groups import HELP
 
 if TYPE_CHECKING:
     from orchestrator.labctl.api import ApiClient
 
-canary_app = typer.Typer(help="A short read-only canary per DUT on a schedule, judged against the DUT's own "
-                              "history; a drift flags (optionally quarantines) the device.", no_args_is_help=True)
+canary_app = command_group(help=HELP["canary"], no_args_is_help=True)
 
 DEFAULT_CRON = "0 3 * * *"         # orchestrator.canary.DEFAULT_CRON (not imported at labctl's start)
 
@@ -109,6 +108,8 @@ def canary_list() -> None:
     else:
         with sessions_or_fail()() as s:
             rows = listing(s)
+    from rich.table import Table
+
     table = Table("canary", "cron", "quarantine", "next", "last run", "verdict")
     for r in rows:
         error = _str(r.get("last_error"), 60)

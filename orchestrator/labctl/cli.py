@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -10,39 +9,29 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from labcontract.errors import LabError
 from labcontract.limits import MAX_PRIORITY, MAX_REPEAT
 from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
-from orchestrator.labctl.analyze import analyze_app
 from orchestrator.labctl.apicmds import ApiOptions, api_client
-from orchestrator.labctl.broker import broker_app
-from orchestrator.labctl.canary import canary_app
-from orchestrator.labctl.common import SUITE_HELP, State, checked_reply, fail, fails_cleanly, out
+from orchestrator.labctl.common import SUITE_HELP, State, checked_reply, command_group, fail, fails_cleanly, out
 from orchestrator.labctl.common import sessions_or_fail as _sessions
-from orchestrator.labctl.hosts import hosts_app
-from orchestrator.labctl.prometheus import prometheus_app
-from orchestrator.labctl.regressions import regressions_app
+from orchestrator.labctl.groups import HELP, add_group, lazy_app
+from orchestrator.labctl.notifications import notifications
 from orchestrator.labctl.reports import add_report_commands
-from orchestrator.labctl.schedules import schedule_app
-from orchestrator.labctl.tokens import token_app
 
-app = typer.Typer(help="Storage test-lab orchestrator: suites -> runs on lab hosts -> results.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-suite_app = typer.Typer(help="Check and expand suite files.", no_args_is_help=True)
-run_app = typer.Typer(help="Inspect one run.", no_args_is_help=True)
-app.add_typer(suite_app, name="suite")
-app.add_typer(run_app, name="run")
-app.add_typer(hosts_app, name="hosts")
-app.add_typer(broker_app, name="broker")
-app.add_typer(token_app, name="token")
-app.add_typer(regressions_app, name="regressions")
-app.add_typer(canary_app, name="canary")
-app.add_typer(prometheus_app, name="prometheus")
-app.add_typer(schedule_app, name="schedule")
-app.add_typer(analyze_app, name="analyze")
+app = lazy_app(help="Storage test-lab orchestrator: suites -> runs on lab hosts -> results.",
+               no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+run_app = command_group(help=HELP["run"], no_args_is_help=True)
+# each group imported and built when a command line names it (orchestrator/labctl/groups.py)
+for _name, _target in (("suite", "suites:suite_app"), ("run", "cli:run_app"), ("hosts", "hosts:hosts_app"),
+                       ("broker", "broker:broker_app"), ("token", "tokens:token_app"),
+                       ("regressions", "regressions:regressions_app"), ("canary", "canary:canary_app"),
+                       ("prometheus", "prometheus:prometheus_app"), ("schedule", "schedules:schedule_app"),
+                       ("analyze", "analyze:analyze_app")):
+    add_group(app, _name, f"orchestrator.labctl.{_target}")
 add_report_commands(app)   # compare, report, export
+app.command()(notifications)
 
 
 def _print_version(value: bool) -> None:
@@ -77,7 +66,7 @@ def main_options(
     api: Annotated[str | None, typer.Option(envvar="LAB_API_URL", help="Work through the web service's REST API "
                                             "at this URL (submit, cancel, pause, resume, rerun, runs, run show, "
                                             "queue, hosts, report --html, export, compare, regressions and ack, "
-                                            "canary): "
+                                            "canary, notifications): "
                                             "no store "
                                             "or broker needed.")]
     = None,
@@ -95,6 +84,7 @@ def main_options(
     except LabError as e:
         fail(str(e))
         raise typer.Exit(2) from None
+    State.lab = lab if found is not None else None
     # an option or variable given beats the lab file, key by key; a lab file with only an API (a lab reached through
     # its web service) makes labctl work through it
     direct = lab.broker is not None or lab.store is not None
@@ -106,77 +96,6 @@ def main_options(
                              broker_url=broker_url_of(broker or lab.broker or DEFAULT_BROKER,
                                                       password_file=broker_password_file, ca=broker_ca,
                                                       cert=broker_cert, key=broker_key))
-
-
-# --- suites -----------------------------------------------------------------------------------
-
-
-@suite_app.command("validate")
-@fails_cleanly
-def suite_validate(files: Annotated[list[str], typer.Argument(help=SUITE_HELP)]) -> None:
-    """Validate suites; report every problem of every one."""
-    from labcontract.errors import SuiteError
-    from labcontract.suite import load_suite, measured_points, measured_seconds, steps_of
-
-    failed = 0
-    for f in files:
-        try:
-            suite = load_suite(f)
-        except SuiteError as e:
-            failed += 1
-            fail(str(e))
-            continue
-        pc = suite.phases.precondition
-        extra = f", preconditioning up to {pc.max_rounds} x {pc.round}s per group" if pc else ""
-        what = "cells" if suite.app is None else f"{suite.kind} points"
-        out.print(f"{f}: ok: suite {suite.name}, {measured_points(suite)} {what}, {steps_of(suite)} steps, "
-                  f"~{measured_seconds(suite)}s measured{extra}", highlight=False)
-    if failed:
-        raise typer.Exit(1)
-
-
-@suite_app.command("list")
-def suite_list() -> None:
-    """The built-in suites."""
-    from labcontract.suite import builtin_suites, load_suite, measured_points
-
-    table = Table("suite", "kind", "cells", "devices", "description")
-    for name in builtin_suites():
-        s = load_suite(name)
-        table.add_row(name, s.kind, str(measured_points(s)), "network" if s.network else str(s.devices or "any"),
-                      s.description)
-    out.print(table)
-
-
-@suite_app.command("render")
-@fails_cleanly
-def suite_render(
-    suite: Annotated[str, typer.Argument(help=SUITE_HELP)],
-    device: Annotated[list[str] | None, typer.Option(help="DUT path(s) for filename= (default: ${LAB_DUT}).")]
-    = None,
-    runtime: Annotated[int | None, typer.Option(help="Set every measured cell's runtime (s).")] = None,
-    scale: Annotated[float | None, typer.Option(help="Multiply every duration by this factor.")] = None,
-    repeat: Annotated[int | None, typer.Option(min=1, max=MAX_REPEAT, help="Run every measured cell this many times "
-                                                                   "(replaces the suite's repeat).")] = None,
-) -> None:
-    """Print the plan: every step, and the exact fio job file of each fio step."""
-    from labcontract.fiojob import DUT_PLACEHOLDER
-    from labcontract.suite import load_suite
-    from orchestrator.runs.planner import plan
-
-    s = load_suite(suite)
-    devices = device or [DUT_PLACEHOLDER] if s.devices is None else device or [
-        DUT_PLACEHOLDER if i == 0 else f"${{LAB_DUT{i}}}" for i in range(s.devices)]
-    for step in plan(s, devices, runtime=runtime, scale=scale, repeat=repeat):
-        more = " (further rounds until steady state)" if step.kind == "precondition" else ""
-        print(f"### step {step.seq}: {step.kind} {step.name}{more}")
-        if step.note:
-            print(f"; {step.note}")
-        if step.kind == "app":      # the step's AppStart (labcontract.apps), as the start message carries it
-            start = {k: v for k, v in json.loads(step.job_text).items() if v is not None or k == "fs_size_bytes"}
-            print(json.dumps(start, indent=2) + "\n")
-            continue
-        print(step.job_text or "; purge: blkdiscard (block device) / punch-hole (file) of every DUT\n")
 
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -381,6 +300,8 @@ def queue() -> None:
     def up(h: Host | None) -> bool:
         return bool(h and h.last_seen and now - h.last_seen <= tuning.heartbeat_timeout_s)
 
+    from rich.table import Table
+
     table = Table("run", "suite", "prio", "target", "state", "steps", "status")
     db = _sessions()
     gone = controller_unreachable(db, now)     # then the hosts only look silent: nothing is applied
@@ -426,12 +347,15 @@ def runs(limit: Annotated[int, typer.Option()] = 30) -> None:
         return print_runs(api_, out, limit)
     import time
 
+    from rich.table import Table
+
     from orchestrator.queries import list_runs
 
     table = Table("run", "suite", "target", "state", "steps", "submitted", "reason")
     with _sessions()() as s:
         for r, done, total in list_runs(s, limit):
-            table.add_row(r.id, r.suite_name, f"{r.host}:{r.device}", r.state, f"{done}/{total}",
+            lab = f"{r.lab}: " if r.lab else ""          # a run imported from another lab (labctl import)
+            table.add_row(r.id, r.suite_name, f"{lab}{r.host}:{r.device}", r.state, f"{done}/{total}",
                           time.strftime("%m-%d %H:%M:%S", time.localtime(r.submitted_at)), r.reason[:60])
     out.print(table)
 

@@ -9,13 +9,45 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
-from rich.console import Console
 
 from labcontract.errors import LabError
 from orchestrator.config import LabConfig
+from orchestrator.labfile import LabFile
 
-out = Console(width=None if sys.stdout.isatty() else 200)
+
+class _Console:
+    """rich's Console, made when a command first prints: ``labctl --help`` and ``--version`` never import rich
+    (issue 27: start-up within 0.3 s of CPU, bench/startup.py)."""
+
+    _console: Any = None
+
+    @staticmethod
+    def real() -> Any:
+        """The Console itself (made now if it was not yet)."""
+        if _Console._console is None:
+            from rich.console import Console
+
+            _Console._console = Console(width=None if sys.stdout.isatty() else 200)
+        return _Console._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+    def __enter__(self) -> Any:                 # (special methods are looked up on the type, not through getattr)
+        return self.real().__enter__()
+
+    def __exit__(self, *exc: object) -> Any:
+        return self.real().__exit__(*exc)
+
+
+out: Any = _Console()
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def command_group(help: str, **options: Any) -> typer.Typer:
+    """A labctl command group. Help is click's plain text, not rich's panels: rendering them imported rich and took
+    a third of ``labctl --help``'s CPU."""
+    return typer.Typer(help=help, rich_markup_mode=None, **options)
 
 SUITE_HELP = ("Suite YAML file, or the name of a built-in suite (labctl suite list). A bare name such as demo "
               "is the built-in suite even when a file or folder of that name is here: write ./demo for the file.")
@@ -28,6 +60,7 @@ def fail(message: str) -> None:
 
 class State:
     config: LabConfig = LabConfig()
+    lab: LabFile | None = None        # the lab file found (orchestrator.labfile), if any
 
 
 def fails_cleanly(fn: F) -> F:

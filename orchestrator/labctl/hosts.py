@@ -7,14 +7,12 @@ import re
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from labcontract.errors import InputError, Problem
-from orchestrator.labctl.common import State, checked_reply, fail, fails_cleanly, out, sessions_or_fail
+from orchestrator.labctl.common import State, checked_reply, command_group, fail, fails_cleanly, out, sessions_or_fail
 from orchestrator.labctl.fleet import (
     DEFAULT_JOURNAL_UNIT,
     DEFAULT_STATE_DIR,
@@ -25,9 +23,12 @@ from orchestrator.labctl.fleet import (
     parse_host_specs,
     run_on_hosts,
 )
+from orchestrator.labctl.groups import HELP
 
-hosts_app = typer.Typer(help="Registered hosts: state, DUTs, quarantine (no subcommand: list them).",
-                        invoke_without_command=True)
+if TYPE_CHECKING:
+    from rich.table import Table
+
+hosts_app = command_group(help=HELP["hosts"], invoke_without_command=True)
 
 
 @hosts_app.callback()
@@ -110,6 +111,9 @@ def hosts_exec(
 
 
 def _results_table(results: list[HostResult], lines: int = 3) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("host", "exit", "seconds", "output")
     for r in results:
         text = r.error or "\n".join((r.stdout.splitlines() + r.stderr.splitlines())[:lines])
@@ -139,6 +143,9 @@ def hosts_collect_logs(
                    journal_unit=journal_unit or None)
     run_id = _run_id(run)
     manifest = collect_logs(run_id, hosts, State.config.artifact_dir / "collected" / run_id, parallel=parallel)
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("host", "file", "bytes", "sha256")
     for f in manifest.files:
         table.add_row(f.host, Text(f.local_path), str(f.size), f.sha256)
@@ -156,6 +163,10 @@ def _run_id(ref: str) -> str:
     """A full run id as given (no store needed); a prefix or 'last' through the store."""
     if re.fullmatch(r"r\d{8}-[0-9a-f]{6}", ref):
         return ref
+    from orchestrator.labctl.apicmds import api_client
+
+    if (api_ := api_client()) is not None:
+        return api_.resolve(ref)
     from orchestrator.queries import resolve_run_id
 
     with sessions_or_fail()() as s:
@@ -168,8 +179,13 @@ def release(host: Annotated[str, typer.Argument(help="The quarantined host.")],
             device: Annotated[str | None, typer.Option(help="Release only this DUT (name or path); "
                                                             "default: the host and all its DUTs.")] = None) -> None:
     """Return a quarantined host or DUT to scheduling (its failure counts start again from zero)."""
-    from labcontract.transport import redis_client
-    from orchestrator.runs.client import ControllerClient
+    from orchestrator.labctl.apicmds import api_client
 
-    checked_reply(ControllerClient(redis_client(State.config.broker_url)).release(host, device))
+    if (api_ := api_client()) is not None:
+        api_.release(host, device)
+    else:
+        from labcontract.transport import redis_client
+        from orchestrator.runs.client import ControllerClient
+
+        checked_reply(ControllerClient(redis_client(State.config.broker_url)).release(host, device))
     print(f"released {host}{':' + device if device else ''}")

@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.labctl.common import fails_cleanly
+from orchestrator.labctl.common import command_group, fails_cleanly
 from orchestrator.labctl.common import sessions_or_fail as _sessions
+from orchestrator.labctl.groups import HELP
 
-prometheus_app = typer.Typer(help="Prometheus integration.", no_args_is_help=True)
+prometheus_app = command_group(help=HELP["prometheus"], no_args_is_help=True)
 
 
 @prometheus_app.command("targets")

@@ -10,17 +10,18 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from labcontract.errors import LabError
-from orchestrator.labctl.common import State, checked_reply, fails_cleanly, out
+from orchestrator.labctl.common import State, checked_reply, command_group, fails_cleanly, out
 from orchestrator.labctl.common import sessions_or_fail as _sessions
+from orchestrator.labctl.groups import HELP
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from orchestrator.stats.history import HistoryStatus, Regression
 
-regressions_app = typer.Typer(help="Regressions of the run history: list them, acknowledge one.")
+regressions_app = command_group(help=HELP["regressions"])
 
 
 def _value(v: float) -> str:
@@ -31,7 +32,9 @@ def _value(v: float) -> str:
 def regression_table(regs: list[Regression], show_ack: bool = False) -> Table:
     """The regressions of one series family (host, device, suite: the heading above it). Fixed widths keep the
     tables of several families aligned; the cell takes what is left (folded) and the table fits 100 columns."""
-    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 1, 0, 0))
+    from rich.table import Table
+
+    t = Table(show_edge=False, pad_edge=False, box=None, header_style="bold", padding=(0, 1, 0, 0), width=100)
     t.add_column("id", no_wrap=True, min_width=12)
     t.add_column("run", no_wrap=True, min_width=16)
     t.add_column("cell", overflow="fold", ratio=1)
@@ -68,7 +71,7 @@ def _print(regs: list[Regression], status: HistoryStatus, show_ack: bool, since:
     for i, (heading, members) in enumerate(groups.items()):
         if i:
             out.print()
-        out.print(Text(heading, style="bold"))
+        out.print(heading, style="bold", markup=False, highlight=False)
         out.print(regression_table(members, show_ack))
     for r in regs:
         if r.acknowledged and r.ack_reason:

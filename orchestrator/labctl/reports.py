@@ -20,9 +20,11 @@ from orchestrator.states import TERMINAL_RUN
 def add_report_commands(app: typer.Typer) -> None:
     """Register the commands of this module as top-level ``labctl`` commands."""
     from orchestrator.labctl.artifacts import artifacts
+    from orchestrator.labctl.imports import import_
 
     for fn in (compare, report, export, artifacts):
         app.command()(fn)
+    app.command("import")(import_)
 
 
 RUNS_HELP = "Run ids, unique prefixes, or 'last'."
@@ -59,12 +61,20 @@ def _write_html(details: Any, path: Path, options: dict[str, str] | None, histor
 def compare(
     runs: Annotated[list[str], typer.Argument(metavar="RUN", help=RUNS_HELP + " The first is the "
                                               "baseline (e.g. stock): the others get their difference to it in % "
-                                              "and its verdict (significant or not; single run: cannot judge).")],
+                                              "and its verdict (significant or not; single run: cannot "
+                                              "judge); --baseline picks another.")],
     format: Annotated[str, typer.Option("--format", help="table, json or csv (fields: docs/metrics.md).")]
     = "table",
     html: Annotated[Path | None, typer.Option(help="Also write the comparison as an HTML report (charts with "
                                                    "the runs overlaid) to this file.")] = None,
     units: Annotated[str, typer.Option(help=UNITS_HELP)] = "decimal",
+    reference: Annotated[str | None, typer.Option(help="Compare one RUN with the reference set of this suite: "
+                                                       "every device any lab measured with it (imported runs "
+                                                       "too), each by its latest run: min / median / max and "
+                                                       "the run's percentile rank per headline figure "
+                                                       "(--format table or json).")] = None,
+    baseline: Annotated[str | None, typer.Option(metavar="RUN", help="The run the others are compared against "
+                                                 "(one of the RUNs; default: the first).")] = None,
 ) -> None:
     """Runs side by side, cell by cell (profile, swept values; OP mode when a run holds several; network:
     MTU and path mode): the four review metrics and MB/s (network: Gbps), each the mean over the cell's
@@ -79,10 +89,13 @@ def compare(
         raise CompareError(f"--format: unknown format {format!r} (choose from table, {', '.join(FORMATS)})")
     from orchestrator.labctl.apicmds import api_client
 
+    if reference is not None:
+        return _compare_reference(runs, reference, format, units)
+
     if (api_ := api_client()) is not None:
-        return _compare_through(api_, runs, format, units, html)
+        return _compare_through(api_, runs, format, units, html, baseline)
     with _sessions()() as s:
-        c = compare_runs(s, runs, units)
+        c = compare_runs(s, runs, units, baseline)
         if format == "table":
             print_comparison(out, c)
         else:
@@ -95,7 +108,28 @@ def compare(
             print(f"HTML report: {html}", file=sys.stderr if format != "table" else sys.stdout)
 
 
-def _compare_through(api: Any, runs: list[str], format: str, units: str, html: Path | None) -> None:
+def _compare_reference(runs: list[str], suite: str, format: str, units: str) -> None:
+    from labcontract.errors import CompareError
+    from orchestrator.labctl.apicmds import api_client
+    from orchestrator.reference import as_json, reference_set, table_lines
+
+    if len(runs) != 1:
+        raise CompareError(f"--reference compares one run with the reference set, got {len(runs)} runs")
+    if format not in ("table", "json"):
+        raise CompareError(f"--reference: --format table or json, not {format!r}")
+    if (api_ := api_client()) is not None:
+        from orchestrator.units import check_units
+
+        check_units(units)
+        print(api_.reference(api_.resolve(runs[0]), suite, format, units))
+        return
+    with _sessions()() as s:
+        ref = reference_set(s, runs[0], suite, units)
+    print(as_json(ref) if format == "json" else "\n".join(table_lines(ref)))
+
+
+def _compare_through(api: Any, runs: list[str], format: str, units: str, html: Path | None,
+                     baseline: str | None) -> None:
     """``labctl --api … compare``: the web service compares (the same code) and draws the table for this terminal's
     width and colours, so that the output is what the command prints against the store."""
     from labcontract.errors import CompareError
@@ -104,17 +138,20 @@ def _compare_through(api: Any, runs: list[str], format: str, units: str, html: P
     check_units(units)
     if len(runs) < 2:                       # (as compare_runs words it)
         raise CompareError(f"compare needs at least 2 runs, got {len(runs)}")
+    from orchestrator.compare import baseline_first
+
     ids = [api.resolve(r) for r in runs]
+    ids = baseline_first(ids, api.resolve(baseline) if baseline else None)   # refused here as against the store
     from orchestrator.textout import terminal_of
 
     width, color = terminal_of(out)
-    text, partial = api.compare(ids, format, units, width=width, color=color)
+    text, partial = api.compare(ids, format, units, width=width, color=color, baseline=ids[0])
     sys.stdout.write(text)
     sys.stdout.flush()
     for rid in partial:
         print(f"warning: run {rid} is {api.run(rid).get('state')}: partial", file=sys.stderr)
     if html is not None:
-        page, _ = api.compare(ids, "html", units)
+        page, _ = api.compare(ids, "html", units, baseline=ids[0])
         try:
             html.write_text(page, encoding="utf-8")
         except OSError as e:
@@ -162,23 +199,51 @@ def report(
 @_input_fails_2
 def export(
     runs: Annotated[list[str], typer.Argument(metavar="RUN", help=RUNS_HELP)],
-    format: Annotated[str, typer.Option("--format", help="csv (one file per table) or json (one document).")],
+    format: Annotated[str, typer.Option("--format", help="csv (one file per table), json (one document), or lab "
+                                                         "(everything another lab needs to hold the runs, with "
+                                                         "their artifacts, for labctl import: a directory or "
+                                                         ".tar.gz given with --output).")],
     output: Annotated[Path | None, typer.Option(help="Directory (csv: TABLE.csv each; json: export.json) or "
                                                      "file; default: standard output (csv: one table).")] = None,
     table: Annotated[str, typer.Option(help="results, devices (device groups), paths (network), series "
                                             "(per second), or all.")] = "results",
     units: Annotated[str, typer.Option(help=UNITS_HELP)] = "decimal",
+    lab: Annotated[str | None, typer.Option(help="With --format lab: the name of this lab, carried by the export "
+                                                 "(labctl import tags the runs with it).")] = None,
 ) -> None:
     """Export runs' figures for scripts and spreadsheets; the columns are listed in docs/metrics.md
-    ("Export columns"); a missing value is an empty CSV field or a JSON null."""
+    ("Export columns"); a missing value is an empty CSV field or a JSON null. --format lab exports the runs for
+    another lab (docs/reports.md, "Labs that share results")."""
     from orchestrator.export import export as write_export
     from orchestrator.labctl.apicmds import api_client
     from orchestrator.labctl.apicmds import export as api_export
     from orchestrator.queries import run_detail
 
+    if format == "lab":
+        return _export_lab(runs, output, lab)
     if (api_ := api_client()) is not None:
         return api_export(api_, runs, format, table, output, units)
     with _sessions()() as s:
         details = [run_detail(s, ref) for ref in runs]
         for path in write_export(details, format, table, output, sys.stdout, units):
             print(path)
+
+
+def _export_lab(runs: list[str], output: Path | None, lab: str | None) -> None:
+    import re
+
+    from labcontract.errors import ExportError
+    from labcontract.rundoc import LAB_RE
+    from orchestrator.export.bundle import documents, load_runs, write_bundle
+    from orchestrator.labctl.apicmds import api_client
+    from orchestrator.queries import resolve_run_id
+
+    if api_client() is not None:
+        raise ExportError("--format lab reads the store and the artifact directory: not through --api")
+    if output is None:
+        raise ExportError("--format lab: give --output DIR (or FILE.tar.gz)")
+    if lab is not None and not re.match(LAB_RE, lab):
+        raise ExportError(f"--lab {lab[:80]!r}: a lab name is 1-64 letters, digits, '_', '.', '-'")
+    with _sessions()() as s:
+        docs, files = documents(s, load_runs(s, [resolve_run_id(s, r) for r in runs]), State.config.artifact_dir)
+    print(write_bundle(docs, files, output, lab))

@@ -6,14 +6,14 @@ import time
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from labcontract.errors import LabError
 from labcontract.limits import MAX_PRIORITY
-from orchestrator.labctl.common import SUITE_HELP, State, fails_cleanly, out, reply_or_fail
+from orchestrator.labctl.common import SUITE_HELP, State, command_group, fails_cleanly, out, reply_or_fail
 from orchestrator.labctl.common import sessions_or_fail as _sessions
+from orchestrator.labctl.groups import HELP
 
-schedule_app = typer.Typer(help="Recurring submissions (cron), e.g. a nightly regression.", no_args_is_help=True)
+schedule_app = command_group(help=HELP["schedule"], no_args_is_help=True)
 
 
 @schedule_app.command("add")
@@ -33,16 +33,28 @@ def schedule_add(
     """Add a schedule: the controller queues the suite each time the cron expression says."""
     from labcontract.transport import redis_client
     from labcontract.units import parse_duration
+    from orchestrator.labctl.apicmds import api_client, suite_of
     from orchestrator.runs.client import ControllerClient, check_submission
     from orchestrator.runs.cron import cron_problem
 
-    suite = check_submission(suite_ref, host, device, _sessions(), runtime=runtime, scale=scale)
+    if (api_ := api_client()) is not None:      # the service checks the suite and the target as a submission
+        source = suite_ref
+    else:
+        suite = check_submission(suite_ref, host, device, _sessions(), runtime=runtime, scale=scale)
+        source = suite.source
     if (why := cron_problem(cron, time.time())) is not None:     # the controller's own check, before sending
-        raise _input_error(suite.source, "--cron", why)
+        raise _input_error(source, "--cron", why)
     try:
         expires = parse_duration(expires_after) if expires_after else None
     except ValueError as e:
-        raise _input_error(suite.source, "--expires-after", str(e)) from None
+        raise _input_error(source, "--expires-after", str(e)) from None
+    if api_ is not None:
+        name_, text = suite_of(suite_ref)
+        api_.schedule_add(name, cron, host, device, suite=name_, suite_yaml=text, source=suite_ref,
+                          runtime=runtime, scale=scale, priority=priority,
+                          expires_after_s=None if expires is None else int(expires))
+        print(f"schedule {name} added")
+        return
     reply = ControllerClient(redis_client(State.config.broker_url)).schedule_add(
         name, cron, suite, host, device, runtime=runtime, scale=scale, priority=priority, expires_after_s=expires)
     reply_or_fail(reply, suite.source)
@@ -59,32 +71,53 @@ def _input_error(source: str, key: str, message: str) -> LabError:
 @fails_cleanly
 def schedule_list() -> None:
     """Schedules with their next and last firing."""
-    import time as _time
+    from rich.table import Table
 
+    from orchestrator.labctl.apicmds import api_client
+
+    table = Table("schedule", "cron", "suite", "target", "next", "last", "last run", "last error")
+    if (api_ := api_client()) is not None:
+        for x in api_.schedules():
+            table.add_row(*_row(str(x.get("name")), str(x.get("cron")), str(x.get("suite")), str(x.get("host")),
+                                [str(d) for d in x.get("devices") or []], x.get("next_fire_at"),
+                                x.get("last_fired_at"), x.get("last_run_id"), str(x.get("last_error") or ""),
+                                str(x.get("disabled_reason") or "")))
+        out.print(table)
+        return
     from sqlalchemy import select
 
     from orchestrator.store.models import Schedule
 
-    def when(t: float | None) -> str:
-        return _time.strftime("%Y-%m-%d %H:%M", _time.localtime(t)) if t else "-"
-
-    table = Table("schedule", "cron", "suite", "target", "next", "last", "last run", "last error")
     with _sessions()() as s:
         for sch in s.scalars(select(Schedule).order_by(Schedule.name)):
             sub = sch.submit
-            # a schedule the controller could not fire is disabled: the reason where the error goes, in full
-            table.add_row(sch.name, sch.cron, str(sub.get("suite_source")),
-                          f"{sub.get('host')}:{','.join(sub.get('devices', []))}",
-                          "DISABLED" if sch.disabled_reason else when(sch.next_fire_at),
-                          when(sch.last_fired_at), sch.last_run_id or "-",
-                          sch.disabled_reason or sch.last_error[:60])
+            table.add_row(*_row(sch.name, sch.cron, str(sub.get("suite_source")), str(sub.get("host")),
+                                list(sub.get("devices", [])), sch.next_fire_at, sch.last_fired_at, sch.last_run_id,
+                                sch.last_error, sch.disabled_reason))
     out.print(table)
+
+
+def _row(name: str, cron: str, suite: str, host: str, devices: list[str], next_at: float | None,
+         last_at: float | None, last_run: str | None, error: str, disabled: str) -> list[str]:
+    """One schedule's row, from the store or from the API alike; a schedule the controller could not fire is
+    disabled: the reason where the error goes, in full."""
+    def when(t: float | None) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if isinstance(t, (int, float)) and t else "-"
+
+    return [name, cron, suite, f"{host}:{','.join(devices)}", "DISABLED" if disabled else when(next_at),
+            when(last_at), last_run or "-", disabled or error[:60]]
 
 
 @schedule_app.command("rm")
 @fails_cleanly
 def schedule_rm(name: str) -> None:
     """Remove a schedule (runs it already queued stay)."""
+    from orchestrator.labctl.apicmds import api_client
+
+    if (api_ := api_client()) is not None:
+        api_.schedule_remove(name)
+        print(f"schedule {name} removed")
+        return
     from labcontract.transport import redis_client
     from orchestrator.runs.client import ControllerClient
 

@@ -11,17 +11,16 @@ import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 from labcontract.errors import LabError
-from orchestrator.labctl.common import State, checked_reply, fails_cleanly, out
+from orchestrator.labctl.common import State, checked_reply, command_group, fails_cleanly, out
 from orchestrator.labctl.common import sessions_or_fail as _sessions
+from orchestrator.labctl.groups import HELP
 
 if TYPE_CHECKING:
     from orchestrator.runs.client import ControllerClient
 
-token_app = typer.Typer(help="API tokens of the web service (need the broker user web: --broker "
-                             "redis://web@...).", no_args_is_help=True)
+token_app = command_group(help=HELP["token"], no_args_is_help=True)
 ADMIN_ACTOR = "labctl-admin"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -62,9 +61,16 @@ def token_create(
             seconds = parse_duration(expires_in)
         except ValueError as e:
             raise LabError(f"--expires-in: {e}") from None
-        if seconds <= 0:
-            raise LabError("--expires-in: must be longer than 0s")
+        if seconds < 60:                # the web service's bound too: the same refusal with and without --api
+            raise LabError("--expires-in: at least 60s")
         expires_at = time.time() + seconds
+    from orchestrator.labctl.apicmds import api_client
+
+    if (api_ := api_client()) is not None:      # the service makes the token and stores its hash
+        made = api_.token_create(name, role, None if expires_at is None else max(1, round(expires_at - time.time())))
+        print(f"token {name} ({role}) created; it is shown only now:", file=sys.stderr)
+        print(made["token"])
+        return
     token = new_token()
     checked_reply(_client().token_create(name, role, token_hash(token), expires_at))
     print(f"token {name} ({role}) created; it is shown only now:", file=sys.stderr)
@@ -75,20 +81,30 @@ def token_create(
 @fails_cleanly
 def token_list() -> None:
     """Tokens with their role, creation, expiry and revocation (never a hash nor a token)."""
-    from sqlalchemy import select
+    from rich.table import Table
 
-    from orchestrator.store.models import ApiToken
+    from orchestrator.labctl.apicmds import api_client
 
-    def when(t: float | None) -> str:
-        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+    def when(t: object) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if isinstance(t, (int, float)) and t else "-"
 
     now = time.time()
     table = Table("token", "role", "created", "by", "expires", "revoked", "state")
-    with _sessions()() as s:
-        for t in s.scalars(select(ApiToken).order_by(ApiToken.name)):
-            state = "revoked" if t.revoked_at else "expired" if t.expires_at and t.expires_at <= now else "active"
-            table.add_row(t.name, t.role, when(t.created_at), t.created_by or "-", when(t.expires_at),
-                          when(t.revoked_at), state)
+    if (api_ := api_client()) is not None:
+        rows = [(str(t.get("name")), str(t.get("role")), t.get("created_at"), str(t.get("created_by") or ""),
+                 t.get("expires_at"), t.get("revoked_at")) for t in api_.tokens()]
+    else:
+        from sqlalchemy import select
+
+        from orchestrator.store.models import ApiToken
+
+        with _sessions()() as s:
+            rows = [(t.name, t.role, t.created_at, t.created_by or "", t.expires_at, t.revoked_at)
+                    for t in s.scalars(select(ApiToken).order_by(ApiToken.name))]
+    for name, role, created, by, expires, revoked in rows:
+        state = ("revoked" if revoked else "expired" if isinstance(expires, (int, float)) and expires <= now
+                 else "active")
+        table.add_row(name, role, when(created), by or "-", when(expires), when(revoked), state)
     out.print(table)
 
 
@@ -97,5 +113,10 @@ def token_list() -> None:
 def token_revoke(name: Annotated[str, typer.Argument(help="Token name.")]) -> None:
     """Revoke a token: every request with it is refused from now on."""
     _check_name(name)
-    checked_reply(_client().token_revoke(name))
+    from orchestrator.labctl.apicmds import api_client
+
+    if (api_ := api_client()) is not None:
+        api_.token_revoke(name)
+    else:
+        checked_reply(_client().token_revoke(name))
     print(f"token {name} revoked")

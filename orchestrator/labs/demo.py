@@ -3,11 +3,14 @@ Markdown and HTML reports in the lab's report directory and prints their paths."
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import Any
 
 from rich.console import Console
 
 from labcontract.brokerauth import redact_url
+from labcontract.errors import ServiceError
 from labcontract.suite import load_suite
 from labcontract.transport import redis_client
 from orchestrator import labfile
@@ -26,9 +29,11 @@ DEMO_HOST = "lab-local"
 
 
 def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int, reuse_broker: bool,
-             keep_dut: bool = False) -> int:
+             keep_dut: bool = False, notify: labfile.Notify | None = None) -> int:
     """The demo (module docstring). Its DUT's image (``size_mib`` MiB in the lab directory) is removed when it ends,
-    unless ``keep_dut``: the store, artifacts and reports are what stays."""
+    unless ``keep_dut``: the store, artifacts and reports are what stays. ``notify``: sinks added to the lab file's
+    ``[notify]`` (an existing lab file's are kept); the controller delivers the demo run's end to them all."""
+    sinks = labfile.sinks_with(config.lab_dir, notify or labfile.Notify(), "labctl demo")
     lab = Lab(config.lab_dir)
     dut = None
     try:
@@ -41,7 +46,8 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
             operator = lab.labctl_url
             console.print(f"started redis-server at {redact_url(lab.broker_url)} (pid {lab.procs[-1].popen.pid}); "
                           f"ACL users and password files in {config.lab_dir / 'secrets'}")
-        labfile.write(config.lab_dir, broker=operator, store=config.db_url, by="labctl demo")   # labctl finds it
+        labfile.write(config.lab_dir, broker=operator, store=config.db_url, notify=sinks,     # labctl finds it,
+                      by="labctl demo")                                                     # its controller too
         dut = lab.make_dut("demo-dut", size_mib)
         how = f"loop device {dut.loop} (direct I/O) on {dut.backing}" if dut.loop else f"file {dut.backing}"
         console.print(f"DUT: {how}, {size_mib} MiB")
@@ -74,6 +80,8 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
             report = write_markdown(detail, config.report_dir, config.artifact_dir)
             html = config.report_dir / f"{run_id}.html"
             write_html([detail], html)      # next to the Markdown one: what a reviewer opens first
+        if sinks:
+            console.print(notified(db, run_id), highlight=False)
         console.print(f"report: {report}")
         console.print(f"HTML report: {html}", highlight=False, soft_wrap=True)
         console.print(f"store: {redact_url(config.db_url)}   logs: {config.lab_dir / 'logs'}")
@@ -87,3 +95,20 @@ def run_demo(config: LabConfig, console: Console, *, runtime: int, size_mib: int
                           "(--keep-dut keeps it)", highlight=False)
         else:
             console.print("demo lab stopped (redis, controller, agent, DUT)")
+
+
+def notified(db: Any, run_id: str, timeout_s: float = 30.0) -> str:
+    """Once the controller delivered the run's end to every sink (or ``timeout_s`` passed): what it says of them."""
+    from orchestrator.notifysinks import listing
+    from orchestrator.store.models import Run
+
+    def done() -> bool:
+        with db() as s:
+            run = s.get(Run, run_id)
+            return bool(run is not None and run.notified_at)
+    with contextlib.suppress(ServiceError):
+        wait_for(done, timeout_s, f"the end of run {run_id} to reach every notification sink", interval=0.2)
+    with db() as s:
+        said = [f"{r['target']} {r['state']}" + (f" ({r['last_error']})" if r["state"] == "failing" else "")
+                for r in listing(s) if r["active"]]
+    return "notifications: " + ("; ".join(said) or "none recorded yet") + " (labctl notifications)"

@@ -226,11 +226,11 @@ class Lab:
         return [self.python, "-m", "orchestrator.cmd.labctl"]
 
     def start_controller(self, store_url: str, *, extra: tuple[str, ...] = (),
-                         metrics_port: int | None = 0) -> Proc:
+                         metrics_port: int | None = 0, name: str = "controller") -> Proc:
         """The controller; its exporter on 127.0.0.1:``metrics_port`` (0: an ephemeral port, logged as
-        ``metrics on 127.0.0.1:PORT``; None: no exporter)."""
+        ``metrics on 127.0.0.1:PORT``; None: no exporter); its log ``logs/<name>.log``."""
         assert self.broker_url
-        return self._spawn("controller", [*self.labctl(), "--lab-dir", str(self.root), "--broker",
+        return self._spawn(name, [*self.labctl(), "--lab-dir", str(self.root), "--broker",
                                           self.broker_url, "--store", store_url, "controller",
                                           *_metrics_args(metrics_port), *extra])
 

@@ -5,6 +5,10 @@ The web service runs as its own process (``python -m orchestrator.cmd.web``), as
 broker; the admin token is made here (256 random bits), and only its SHA-256 goes to the controller, on the web
 service's stream, exactly as ``labctl token create`` does. The token is printed once and written to a 0600 file in
 the lab directory, for ``labctl --api URL --token-file FILE``.
+
+The lab file (``<lab dir>/lab.toml``, orchestrator.labfile) is written before the controller starts: the controller
+finds it through ``--lab-dir`` and delivers the end of each run to its ``[notify]`` sinks (those of an earlier lab file
+of the directory, and those given to ``lab up``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from labcontract.brokerauth import write_secret
 from labcontract.errors import LabError, ServiceError
 from labcontract.protocol import WEB_COMMANDS_STREAM
 from labcontract.transport import redis_client
+from orchestrator import labfile
 from orchestrator.labctl.api import ApiClient
 from orchestrator.labs.lab import Lab, Proc, free_port, wait_for
 from orchestrator.runs.client import ControllerClient
@@ -42,6 +47,8 @@ class LabUp:
     url: str                  # the web service: http://127.0.0.1:PORT
     token: str                # an admin token (shown once)
     token_file: Path
+    lab_file: Path
+    notify: labfile.Notify    # the sinks its controller delivers to
     host: str
     web: Proc
     controller: Proc
@@ -53,12 +60,14 @@ class LabUp:
 
 
 def start_lab_up(root: Path, *, port: int | None = None, duts: int = 2, size_mib: int = 256,
-                 host: str = HOST, store_url: str | None = None,
+                 host: str = HOST, store_url: str | None = None, notify: labfile.Notify | None = None,
                  progress: Callable[[str], None] = lambda _line: None) -> LabUp:
-    """Start everything and return once ``GET /api/whoami`` answers 200 with the admin token. On any failure
-    what was started is stopped again before the error travels."""
+    """Start everything and return once ``GET /api/whoami`` answers 200 with the admin token. ``notify``: sinks added
+    to the lab file's ``[notify]`` (an existing lab file's are kept). On any failure what was started is stopped
+    again before the error travels."""
     if not 1 <= duts <= 16:
         raise LabError(f"--duts {duts}: between 1 and 16")
+    sinks = labfile.sinks_with(root, notify or labfile.Notify(), "labctl lab up")   # every problem before a start
     lab = Lab(root)
     try:
         lab.start_redis()
@@ -66,23 +75,25 @@ def start_lab_up(root: Path, *, port: int | None = None, duts: int = 2, size_mib
         progress(f"redis-server pid {lab.procs[-1].popen.pid}; ACL users and password files in {root / 'secrets'}")
         made = [lab.make_dut(f"dut{i}", size_mib) for i in range(duts)]
         store = store_url or f"sqlite:///{(root / 'store.sqlite').resolve()}"
+        port = port or free_port()
+        url = f"http://127.0.0.1:{port}"
+        token_file = root / "web" / "admin.token"
+        lab_file = labfile.write(root, broker=lab.labctl_url, store=store, api=url, token_file=token_file,
+                                 notify=sinks, by="labctl lab up")
         controller = lab.start_controller(store)
         agent = lab.start_agent(host, [f"dut{i}={d.path}" for i, d in enumerate(made)])
         _wait_registered(lab, store, host, (controller, agent))
         progress(f"controller pid {controller.popen.pid}, agent {host} pid {agent.popen.pid} with "
                  + ", ".join(f"dut{i}={d.path}" for i, d in enumerate(made)))
-        port = port or free_port()
         web = lab.start_web(store, port)
-        token_file = root / "web" / "admin.token"
         token = reusable_token(token_file, store)        # a lab directory started again keeps its admin token
         if token is None:
             token = new_token()
             ControllerClient(redis_client(lab.web_url), stream=WEB_COMMANDS_STREAM, actor="lab-up").token_create(
                 ADMIN_TOKEN_NAME + f"-{int(time.time())}", "admin", token_hash(token), None)
             write_secret(token_file, token + "\n")
-        url = f"http://127.0.0.1:{port}"
         wait_web(url, token, web)
-        return LabUp(lab, store, url, token, token_file, host, web, controller, agent)
+        return LabUp(lab, store, url, token, token_file, lab_file, sinks, host, web, controller, agent)
     except BaseException:
         lab.stop()
         raise

@@ -25,7 +25,10 @@ from labcontract.protocol import (
     REPLY_PREFIX,
     WEB_COMMANDS_STREAM,
     Acknowledge,
+    Artifact,
     Cancel,
+    ImportArtifact,
+    ImportRun,
     Message,
     Pause,
     Release,
@@ -229,6 +232,16 @@ class ControllerClient:
     def cancel(self, run_id: str, reason: str) -> Reply | None:
         reply_to = _reply_to()
         return self._call(Cancel(run_id=run_id, reason=reason, actor=self.actor, reply_to=reply_to), reply_to)
+
+    def import_artifact(self, name: str, data: bytes) -> Reply | None:
+        """An artifact of another lab's run, for the artifact store (labctl import)."""
+        reply_to = _reply_to()
+        return self._call(ImportArtifact(artifact=Artifact.of(name, data), reply_to=reply_to), reply_to)
+
+    def import_run(self, lab: str, run_json: str) -> Reply | None:
+        """A run of lab ``lab`` (a labcontract.rundoc.RunDoc as JSON), once its artifacts are sent."""
+        reply_to = _reply_to()
+        return self._call(ImportRun(lab=lab, run_json=run_json, reply_to=reply_to), reply_to)
 
     def token_create(self, name: str, role: str, token_sha256: str, expires_at: float | None) -> Reply | None:
         """Only the token's hash is sent (the token itself never leaves where it was made)."""

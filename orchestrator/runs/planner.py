@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from labcontract.apps import ExternalParams
 from labcontract.appsuite import app_start, fs_size_bytes, ladder, point_dim, test_name
+from labcontract.fioextra import NOT_IN_PRECONDITION
 from labcontract.fiojob import render_job, workload_lines
 from labcontract.suite import (
     Cell,
@@ -86,7 +87,7 @@ def precondition_workload(cell: Cell, pc: Precondition, n_op_modes: int) -> Work
     name = cell_name(cell.profile, dims, cell.op_mode, n_op_modes)
     return cell.workload.model_copy(update={
         "name": f"precondition.{name}", "numjobs": pc.numjobs, "iodepth": pc.iodepth, "runtime": pc.round,
-        "ramp_time": 0, "time_based": True})
+        "ramp_time": 0, "time_based": True, **dict.fromkeys(NOT_IN_PRECONDITION)})   # full load, no verify
 
 
 def round_workload(base: Workload, round_no: int) -> Workload:

@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from labcontract.fioextra import needed_fio_version
 from labcontract.suite import Precondition, Workload
 from orchestrator.runs.health import unavailable
 from orchestrator.runs.netgroups import hosts_of
-from orchestrator.runs.preconditioning import precondition_of
+from orchestrator.runs.preconditioning import precondition_of, suite_of
 from orchestrator.states import ACTIVE_STEP, RunState, StepState
 from orchestrator.store.models import Host, Run, Step
 
@@ -41,34 +42,53 @@ Key = tuple[str, str]          # (host, device path)
 @dataclass(frozen=True)
 class StepSummary:
     """What the scheduler needs of the steps of many runs, from two queries instead of loading every
-    step of every run on each pass: the runs with a step in flight, and each run's next PENDING step."""
+    step of every run on each pass: the runs with a step in flight, and each run's next PENDING step.
+
+    Made ``lazy``, a run's next step is read when the scheduler asks for it (:meth:`next_of`: the few runs a pass
+    starts), not for every idle run: the controller's pass, whose cost then no longer grows with the steps queued."""
 
     busy: frozenset[str]
     next: dict[str, Step]
     pending: dict[str, frozenset[tuple[str, str]]] = field(default_factory=dict)   # run -> {(step host, kind)}
+    session: Session | None = None          # lazy: where next_of reads a run's next step
 
     @classmethod
-    def of(cls, s: Session, run_ids: list[str], *, kinds: bool = True) -> StepSummary:
+    def of(cls, s: Session, run_ids: list[str], *, kinds: bool = True, lazy: bool = False) -> StepSummary:
         """``kinds``: read each idle run's pending (host, kind) pairs too (only needed when a host announced its
         step kinds: :func:`kinds_lacking`)."""
         if not run_ids:
             return cls(frozenset(), {})
-        busy = frozenset(s.scalars(select(Step.run_id).where(
-            Step.run_id.in_(run_ids), Step.state.in_([str(x) for x in ACTIVE_STEP])).distinct()))
+        wanted = set(run_ids)          # the runs in flight are few: read them all, keep those asked about
+        busy = frozenset(r for r in s.scalars(select(Step.run_id).where(
+            Step.state.in_([str(x) for x in ACTIVE_STEP])).distinct()) if r in wanted)
         idle = [r for r in run_ids if r not in busy]          # a busy run dispatches nothing this pass
         if not idle:
-            return cls(busy, {})
+            return cls(busy, {}, session=s if lazy else None)
         left: dict[str, set[tuple[str, str]]] = {}
         for run_id, host, kind in s.execute(select(Step.run_id, Step.host, Step.kind).where(
                 Step.run_id.in_(idle), Step.state == StepState.PENDING).distinct()) if kinds else ():
             left.setdefault(run_id, set()).add((host, kind))
+        pending_kinds = {r: frozenset(p) for r, p in left.items()}
+        if lazy:
+            return cls(busy, {}, pending_kinds, session=s)
         rank = func.row_number().over(partition_by=Step.run_id, order_by=(Step.seq, Step.round)).label("rank")
         pending = (select(Step.id, rank).where(Step.run_id.in_(idle), Step.state == StepState.PENDING)
                    .subquery())
         ids = list(s.scalars(select(pending.c.id).where(pending.c.rank == 1)))
         query = select(Step).where(Step.id.in_(ids)).options(selectinload(Step.attempts))
         steps = s.scalars(query).all() if ids else []
-        return cls(busy, {st.run_id: st for st in steps}, {r: frozenset(p) for r, p in left.items()})
+        return cls(busy, {st.run_id: st for st in steps}, pending_kinds)
+
+    def next_of(self, run_id: str) -> Step | None:
+        """The run's next PENDING step (None: none)."""
+        if self.session is None or run_id in self.next:
+            return self.next.get(run_id)
+        step = self.session.scalars(select(Step).where(Step.run_id == run_id, Step.state == StepState.PENDING)
+                                    .order_by(Step.seq, Step.round).limit(1)
+                                    .options(selectinload(Step.attempts))).first()
+        if step is not None:
+            self.next[run_id] = step
+        return step
 
 
 @dataclass
@@ -118,6 +138,21 @@ def kinds_lacking(run: Run, hosts: dict[str, Host], pending: Iterable[tuple[str,
     return "; ".join(dict.fromkeys(why)) or None
 
 
+def run_needs(run: Run, needs: Mapping[str, tuple[str, int]]) -> Mapping[str, tuple[str, int]]:
+    """``needs`` for this run: its fio steps need the fio kind's version that knows every option its workloads set
+    (labcontract.fioextra), so that an older agent is never sent one it does not know."""
+    if run.topology:
+        return needs
+    try:
+        version = needed_fio_version(w.__dict__ for w in suite_of(run).workloads)
+    except Exception:  # a stored suite always parsed once; never let a judgement break scheduling
+        return needs
+    if version <= 1:
+        return needs
+    return {kind: (action, max(least, version)) if action == "fio" else (action, least)
+            for kind, (action, least) in needs.items()}
+
+
 def run_unavailable(run: Run, hosts: dict[str, Host]) -> str | None:
     """A quarantined host or DUT among what the run uses."""
     if run.topology:
@@ -158,24 +193,29 @@ def remaining_seconds(run: Run, now: float, *, upper: bool) -> float:
 
 
 def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callable[[Host | None], bool],
-           summary: StepSummary | None = None, needs: Mapping[str, tuple[str, int]] | None = None) -> Decision:
+           summary: StepSummary | None = None, needs: Mapping[str, tuple[str, int]] | None = None,
+           limit: int | None = None) -> Decision:
     """``summary``: the runs' steps in brief (:meth:`StepSummary.of`); without it, each run's steps are read.
     ``needs``: each step kind's agent kind and least version (``orchestrator.kinds.agent_kinds``); None judges no
-    host by its announced kinds."""
+    host by its announced kinds. ``limit``: decide no further once that many steps are to start (the controller's
+    pass starts no more): ``dispatch`` is the first ``limit`` of the whole decision's, ``waits`` partial."""
     d = Decision()
+
+    def full() -> bool:
+        return limit is not None and len(d.dispatch) >= limit
 
     def busy(run: Run) -> bool:
         return run.id in summary.busy if summary else any(st.state in ACTIVE_STEP for st in run.steps)
 
     def upcoming(run: Run) -> Step | None:
-        return summary.next.get(run.id) if summary else next_pending(run)
+        return summary.next_of(run.id) if summary else next_pending(run)
 
     def lacking(run: Run) -> str | None:
         if not needs:
             return None
         pending = (summary.pending.get(run.id, frozenset()) if summary else
                    {(st.host, st.kind) for st in run.steps if st.state == StepState.PENDING})
-        return kinds_lacking(run, hosts, pending, needs)
+        return kinds_lacking(run, hosts, pending, run_needs(run, needs))
 
     held: dict[Key, Run] = {}
     started = [r for r in runs if r.state in (RunState.RUNNING, RunState.PAUSED)]
@@ -184,6 +224,8 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
         for key in devices_of(run):
             held[key] = run
     for run in started:
+        if full():
+            return d
         if run.state == RunState.PAUSED:
             d.waits[run.id] = "paused (holds its devices)"
         elif not busy(run):
@@ -195,6 +237,8 @@ def decide(runs: list[Run], hosts: dict[str, Host], now: float, host_up: Callabl
                     d.dispatch.append((run, nxt))
     reserved: dict[Key, tuple[Run, float]] = {}       # key -> (waiting run, seconds until it could start)
     for run in waiting:
+        if full():
+            return d
         keys = devices_of(run)
         if run.not_before and run.not_before > now:
             d.waits[run.id] = "not before " + time.strftime("%Y-%m-%d %H:%M", time.localtime(run.not_before))

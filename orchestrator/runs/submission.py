@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labcontract.engines import OS_NAMES, engine_problem
-from labcontract.errors import Problem
+from labcontract.engines import OS_NAMES, engine_for, engine_problem
+from labcontract.errors import FioError, Problem
+from labcontract.fioextra import EXTENDED, URING_ONLY, needed_fio_version
 from labcontract.suite import Suite, capacity_problems, override_problems, repeat_problems
 from orchestrator.runs.netgroups import net_problems
 from orchestrator.runs.planner import net_hosts_of
@@ -99,7 +100,7 @@ def submission_problems(session: Session, host_name: str, devices: Sequence[str]
             seen[dev.path] = device
             named.append(dev)
     if suite is not None:
-        problems += engine_problems(suite, host) + linux_only_problems(suite, host)
+        problems += engine_problems(suite, host) + linux_only_problems(suite, host) + fio_version_problems(suite, host)
     if suite is not None and named:
         # sizes against the registered capacity of the smallest named device (a group shares one job)
         smallest = min(named, key=lambda d: d.size_bytes)
@@ -119,7 +120,30 @@ def engine_problems(suite: Suite, host: Host) -> list[Problem]:
         why = engine_problem(str(family), engine)
         if why is not None:
             out.append(Problem("ioengine", f"{why} (host {host.name} runs {OS_NAMES[str(family)]})"))
+    for flag, engines in URING_ONLY.items():       # engine options of an engine the host runs as another
+        if any(getattr(w, flag) and engine_for_os(str(family), w.ioengine) not in engines for w in suite.workloads):
+            out.append(Problem(flag, f"an option of ioengine {' / '.join(engines)}, which host {host.name} "
+                                     f"({OS_NAMES[str(family)]}) does not run"))
     return out
+
+
+def engine_for_os(family: str, declared: str) -> str | None:
+    try:
+        return engine_for(family, declared)
+    except FioError:
+        return None
+
+
+def fio_version_problems(suite: Suite, host: Host) -> list[Problem]:
+    """The suite's extended fio options (labcontract.fioextra) when the host's agent announced a fio kind too old to
+    know them; an agent that announced no kinds is not judged here (it refuses a start it cannot read)."""
+    have = (host.step_kinds or {}).get("fio")
+    need = needed_fio_version(w.__dict__ for w in suite.workloads)
+    if have is None or have >= need:
+        return []
+    used = sorted({k for w in suite.workloads for k in EXTENDED if w.__dict__.get(k) is not None})
+    return [Problem(used[0], f"{', '.join(used)}: host {host.name}'s agent runs fio steps at version {have}; these "
+                             f"options need version {need} or later: upgrade the agent")]
 
 
 def linux_only_problems(suite: Suite, host: Host) -> list[Problem]:

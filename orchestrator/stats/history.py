@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session
 
 from labcontract.errors import InputError, Problem
 from orchestrator.cellmetrics import HEADLINE, app_values, cell_entries, storage_values
-from orchestrator.cells import CellKey, cell_key, key_label
+from orchestrator.cells import CellKey, cell_key, cell_label, key_label
 from orchestrator.queries import RunDetail
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.stats.changepoints import MAX_POINTS, MIN_SIZE, ChangePoint, detect_changes, min_points
@@ -66,7 +66,7 @@ class Regression:
     model: str
     firmware: str
     suite: str
-    cell: str                # the cell key's label (orchestrator.cells.key_label)
+    cell: str                # the cell's name (orchestrator.cells.cell_label)
     cell_key: CellKey
     metric: str
     run_id: str              # the first run after the change
@@ -115,10 +115,11 @@ class Series:
     started: list[float] = field(default_factory=list)
     values: list[float] = field(default_factory=list)    # a run's mean over its repeats
     changed_from: str | None = None   # the run where the cell's fingerprint changed and this series began
+    name: str = ""                    # the cell's name (orchestrator.cells.cell_label) in the series' first run
 
     @property
     def label(self) -> str:
-        return key_label(self.ident.cell_key)
+        return self.name or key_label(self.ident.cell_key)
 
     def noise(self) -> Noise | None:
         """The noise of the history the last run is judged against (since the latest change point)."""
@@ -181,8 +182,8 @@ class _RunRow:
     network: bool
     when: float
     submitted_at: float
-    # step kind, cell, result, fingerprint
-    cells: list[tuple[str, dict[str, Any], _Row | None, str]] = field(default_factory=list)
+    # step kind, cell, result, fingerprint, workload
+    cells: list[tuple[str, dict[str, Any], _Row | None, str, dict[str, Any] | None]] = field(default_factory=list)
 
 
 def _device_ids(s: Session, runs: Sequence[_RunRow], run_ids: Any) -> dict[str, tuple[str, str]]:
@@ -212,14 +213,15 @@ def _steps(s: Session, runs: dict[str, _RunRow], run_ids: Any) -> None:
             Result.lat_mean_ns, Result.lat_max_ns, Result.lat_stddev_ns, Result.lat_p99_ns)
     seen: dict[str, tuple[_RunRow, int]] = {}
     for kind, extra in (("measure", ()), ("app", (Result.metrics,))):
-        query = (select(*cols, *extra, Result.id).outerjoin(Result, Result.step_id == Step.id)
+        query = (select(*cols, *extra, Step.workload, Result.id).outerjoin(Result, Result.step_id == Step.id)
                  .where(Step.run_id.in_(run_ids), Step.kind == kind).order_by(Result.id))
         for row in s.execute(query):
             run = runs.get(row[0])
             if run is None or run.network:
                 continue
             res = None if row[-1] is None else _Row(*row[5:11], *(row[11:12] if extra else ()))
-            entry = (str(row[2]), row[3] if isinstance(row[3], dict) else {}, res, str(row[4] or ""))
+            entry = (str(row[2]), row[3] if isinstance(row[3], dict) else {}, res, str(row[4] or ""),
+                     row[-2] if isinstance(row[-2], dict) else None)
             if row[1] in seen:              # a step with several results (reruns): the latest
                 r, i = seen[row[1]]
                 r.cells[i] = entry
@@ -228,29 +230,34 @@ def _steps(s: Session, runs: dict[str, _RunRow], run_ids: Any) -> None:
                 run.cells.append(entry)
 
 
-def _values(run: _RunRow) -> Iterable[tuple[CellKey, dict[str, float | None], str]]:
+Values = tuple[CellKey, dict[str, float | None], str, str]     # cell key, figures, fingerprint, the cell's name
+
+
+def _values(run: _RunRow) -> Iterable[Values]:
     """orchestrator.cellmetrics.cell_entries over the loaded rows of a storage or application run, with each
-    step's fingerprint."""
-    app = any(kind == "app" for kind, _c, _r, _f in run.cells)
-    for kind, cell, res, fp in run.cells:
+    step's fingerprint and its cell's name (orchestrator.cells.cell_label)."""
+    app = any(kind == "app" for kind, _c, _r, _f, _w in run.cells)
+    for kind, cell, res, fp, wl in run.cells:
         if res is None:
             continue
         if app and kind == "app" and cell.get("phase") != "prepare":
-            yield cell_key(cell, with_op_mode=True), app_values(cast(Result, res)), fp
+            yield (cell_key(cell, with_op_mode=True), app_values(cast(Result, res)), fp,
+                   cell_label(cell, wl, with_op_mode=True))
         elif not app and kind == "measure":
-            yield cell_key(cell, with_op_mode=True), storage_values(cast(Result, res)), fp
+            yield (cell_key(cell, with_op_mode=True), storage_values(cast(Result, res)), fp,
+                   cell_label(cell, wl, with_op_mode=True))
 
 
-def _net_values(s: Session, runs: list[_RunRow]) -> dict[str, list[tuple[CellKey, dict[str, float | None], str]]]:
+def _net_values(s: Session, runs: list[_RunRow]) -> dict[str, list[Values]]:
     """A network run's groups (their window totals) through cellmetrics.cell_entries (network runs are few)."""
     ids = [r.id for r in runs]
     groups: dict[str, list[NetGroup]] = {}
     for g in s.scalars(select(NetGroup).where(NetGroup.run_id.in_(ids)).order_by(NetGroup.seq)):
         groups.setdefault(g.run_id, []).append(g)
-    out: dict[str, list[tuple[CellKey, dict[str, float | None], str]]] = {}
+    out: dict[str, list[Values]] = {}
     for run in s.scalars(select(Run).where(Run.id.in_(ids))):
         detail = RunDetail(run=run, steps=[], results={}, preconditions=[], net_groups=groups.get(run.id, []))
-        out[run.id] = [(key, e.values, "") for key, e in cell_entries(detail, with_op_mode=True)
+        out[run.id] = [(key, e.values, "", e.label) for key, e in cell_entries(detail, with_op_mode=True)
                        if e.step is not None]
     return out
 
@@ -283,7 +290,9 @@ def load_series(s: Session, *, host: str | None = None, suite: str | None = None
     for run in sorted(runs.values(), key=lambda r: (r.when, r.submitted_at, r.id)):
         model, firmware = devices.get(run.id, ("", ""))
         sums: dict[tuple[CellKey, str, str], list[float]] = {}
-        for key, values, fp in (net_values.get(run.id, []) if run.network else _values(run)):
+        names: dict[CellKey, str] = {}
+        for key, values, fp, name in (net_values.get(run.id, []) if run.network else _values(run)):
+            names.setdefault(key, name)
             for metric, v in values.items():
                 # (a non-finite or absurd stored figure is no point, as a missing one: 1e308s overflow)
                 if metric in wanted and v is not None and math.isfinite(v) and abs(v) <= MAX_FIGURE:
@@ -292,7 +301,7 @@ def load_series(s: Session, *, host: str | None = None, suite: str | None = None
             ident = SeriesId(run.host, model, firmware, run.suite, key, metric, fp)
             ser = out.get(ident)
             if ser is None:
-                ser = out[ident] = Series(ident)
+                ser = out[ident] = Series(ident, name=names.get(key, ""))
             ser.run_ids.append(run.id)
             ser.started.append(run.when)
             ser.values.append(sum(vals) / len(vals))

@@ -47,7 +47,7 @@ def run_samples(d: RunDetail, with_op_mode: bool = False) -> dict[CellKey, CellS
     for key, entry in cell_entries(d, with_op_mode):
         cs = out.get(key)
         if cs is None:
-            cs = out[key] = CellSamples(key, key_label(key), entry.op_mode)
+            cs = out[key] = CellSamples(key, entry.label or key_label(key), entry.op_mode)
         if entry.step is not None:
             cs.steps.append(entry.step)
         for name, v in entry.values.items():

@@ -124,6 +124,8 @@ class Run(Base):
     # schema 0013: a duty of the controller that failed on this run (its notification, its history), with the
     # reason; the controller set the run aside for that duty and went on (orchestrator.controller.boundary)
     set_aside: Mapped[str] = mapped_column(Text, default="")
+    # schema 0018: the lab that measured it, for a run imported from another lab (labctl import); "": this lab's
+    lab: Mapped[str] = mapped_column(String(64), default="")
     steps: Mapped[list[Step]] = relationship(back_populates="run", order_by="[Step.seq, Step.round]",
                                              cascade="all, delete-orphan")
 
@@ -360,6 +362,28 @@ class RegressionAck(Base):
     acknowledged_at: Mapped[float] = mapped_column(Float)
     actor: Mapped[str] = mapped_column(String(64), default="")
     reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class NotifySink(Base):
+    """A notification sink the controller delivers (or delivered) the ends of runs to, and how that goes (schema
+    0017, orchestrator.controller.sinkstate). Never a webhook's URL (it often holds its token): its scheme and host
+    (``target``) and the key with 12 hex digits of its SHA-256. Written by the controller."""
+
+    __tablename__ = "notify_sinks"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)   # 16 hex digits of the key's SHA-256
+    key: Mapped[str] = mapped_column(Text)            # as in runs.notified_sinks: file:<path>, webhook:<hash>
+    kind: Mapped[str] = mapped_column(String(16))     # file | webhook | chat
+    target: Mapped[str] = mapped_column(Text)         # a file's path; a webhook's scheme://host/…
+    origin: Mapped[str] = mapped_column(String(32))   # lab file | option
+    active: Mapped[bool] = mapped_column(Boolean)     # in the running controller's configuration
+    delivered: Mapped[int] = mapped_column(Integer, default=0)     # runs it took (since it was first configured)
+    pending: Mapped[int] = mapped_column(Integer, default=0)       # runs handed to it and not taken yet
+    last_success_at: Mapped[float | None] = mapped_column(Float)
+    last_failure_at: Mapped[float | None] = mapped_column(Float)
+    last_error: Mapped[str] = mapped_column(Text, default="")      # the reason of the last failure
+    failing: Mapped[bool] = mapped_column(Boolean, default=False)  # its last attempt failed
+    updated_at: Mapped[float] = mapped_column(Float)
 
 
 def find_device(host: Host, device: str) -> Device | None:

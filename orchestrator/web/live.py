@@ -1,9 +1,11 @@
 """``GET /api/runs/{run_id}/live``: a run's progress as server-sent events, shared by all its viewers.
 
-Events: ``status`` (the run's state, steps done / total, and each step's state, progress fraction and attempt:
-every step in the first one a viewer gets, ``"full": true``; afterwards only the steps that changed), ``sample``
-(one per new second of a running step's live status: IOPS or TPS, MB/s, mean and p99 latency in µs), and
-``end`` once the run is terminal; a comment every ``HEARTBEAT_S`` keeps proxies from closing an idle stream.
+Events: ``status`` (the run's state, steps done / total, its ETA, each precondition group's round and verdict, the
+commands its state allows (web/runview.py), and each step's state, progress fraction, attempt and place in the
+table: every step in the first one a viewer gets, ``"full": true``; afterwards only the steps that changed or were
+planned since), ``sample`` (one per new second of a running step's live status: IOPS or TPS, MB/s, mean and p99
+latency in µs), and ``end`` once the run is terminal (with the commands it then allows); a comment every
+``HEARTBEAT_S`` keeps proxies from closing an idle stream.
 
 Why a fan-out: the figures come from one store query and one Redis GET (``lab:live:<host>``, the agent's
 per-second status, as ``labctl watch`` reads it). Fifty viewers of a run must cost that once per second, not
@@ -27,15 +29,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import StreamingResponse
-from sqlalchemy import and_, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.errors import Busy
 from labcontract.live import LiveStatus
 from labcontract.telemetry import LIVE_KEY_PREFIX
 from orchestrator.states import ACTIVE_STEP, TERMINAL_RUN, TERMINAL_STEP
-from orchestrator.store.models import Attempt, Run, Step
-from orchestrator.web import queries
+from orchestrator.store.models import Attempt, PreconditionRecord, Run, Step
+from orchestrator.web import queries, runview
 from orchestrator.web.api.common import route
 from orchestrator.web.auth import Principal, still_valid
 
@@ -48,6 +50,9 @@ MAX_PER_TOKEN = 64        # live streams open at once per token (tabs, windows, 
 MAX_STREAMS = 512         # and in all: beyond, Busy (429), never a service slowed for everyone
 RECHECK_S = 1.0           # a stream asks again this often whether its token still stands (revoked: it ends)
 MAX_LIVE_BYTES = 1 << 20  # a live-status value larger than this is not the agent's
+# what a status says of each precondition group (runview.preconditioning): its verdict line and where it stands
+PRECOND_KEYS = ("seq", "name", "state", "rounds", "max_rounds", "window", "reached_round", "verdict", "line",
+                "planned", "running")
 
 
 @dataclass(frozen=True)
@@ -209,40 +214,44 @@ async def stream(fanout: Fanout, run_id: str, heartbeat_s: float = HEARTBEAT_S, 
 # ------------------------------------------------------------------ one run's poll: a query and a GET
 
 
-def _expected_s(workload: dict[str, Any] | None) -> float:
-    w = workload or {}
-    try:
-        return float(w.get("runtime", 0) or 0) + float(w.get("ramp_time", 0) or 0)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def _clamp(x: float) -> float:
-    return round(min(max(x, 0.0), 1.0), 4)
-
-
 def _us(ns: float | None) -> float | None:
     return None if ns is None else round(ns / 1000, 3)
 
 
 class RunPoller:
-    """What a run's viewers see, one poll a second: ONE store query (the run, its steps and their active
-    attempts, joined) and ONE Redis GET per host running one of its steps (one, but for network runs)."""
+    """What a run's viewers see, one poll a second: ONE store query (the run, its steps and their latest
+    attempts, joined) and ONE Redis GET per host running one of its steps (one, but for network runs); the
+    precondition records only when a step's state changed (a round ended, another was planned)."""
 
     def __init__(self, db: sessionmaker[Session], client: Any, run_id: str) -> None:
         self.db, self.client, self.run_id = db, client, run_id
         self.last_run: dict[str, Any] | None = None
         self.last_steps: dict[str, dict[str, Any]] = {}
         self.seen: dict[str, tuple[float, float, int]] = {}     # attempt -> (updated_at, elapsed_s, bytes)
+        self.shape: tuple[tuple[str, str], ...] = ()            # (step id, state) of the last records read
+        self.records: list[PreconditionRecord] = []            # detached: read when the shape changed
+        self.max_rounds: int | None = None                      # the run's precondition cap, as planned
+        self.expected: dict[str, float] = {}                    # step id -> planned seconds of fio
+        self.labels: dict[int, str] = {}                        # precondition group (seq) -> its cell's name
 
     def _rows(self) -> list[Any]:
+        latest = (select(Attempt.step_id, func.max(Attempt.number).label("n"))
+                  .join(Step, Step.id == Attempt.step_id).where(Step.run_id == self.run_id)
+                  .group_by(Attempt.step_id).subquery())
         q = (select(Run.state, Run.reason, Run.host, Step.id, Step.name, Step.kind, Step.round, Step.state,
-                    Step.reason, Step.host, Step.workload, Attempt.id, Attempt.fio_started_at, Attempt.number)
+                    Step.reason, Step.host, Attempt.id, Attempt.fio_started_at, Attempt.number,
+                    Step.seq, Attempt.state, Attempt.fio_ended_at, Attempt.ended_at, Attempt.lost_at, Step.ended_at)
              .select_from(Run).outerjoin(Step, Step.run_id == Run.id)
-             .outerjoin(Attempt, and_(Attempt.step_id == Step.id, Attempt.state.in_([str(s) for s in ACTIVE_STEP])))
+             .outerjoin(latest, latest.c.step_id == Step.id)
+             .outerjoin(Attempt, and_(Attempt.step_id == Step.id, Attempt.number == latest.c.n))
              .where(Run.id == self.run_id).order_by(Step.seq, Step.round, Step.host))
         with self.db() as s:
-            return list(s.execute(q).all())
+            rows = list(s.execute(q).all())
+            new = [r[3] for r in rows if r[3] is not None and r[3] not in self.expected]
+            for i in range(0, len(new), 500):      # a step's workload is decoded once, when it is first seen
+                for sid, workload in s.execute(select(Step.id, Step.workload).where(Step.id.in_(new[i:i + 500]))):
+                    self.expected[sid] = runview.expected_s(workload)
+            return rows
 
     def _live(self, hosts: set[str]) -> dict[str, LiveStatus]:
         out: dict[str, LiveStatus] = {}
@@ -260,6 +269,21 @@ class RunPoller:
                 continue
         return out
 
+    def _preconditioning(self, steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Where each precondition group stands; its record read again only when a step's state changed."""
+        if not any(st["kind"] == "precondition" for st in steps):
+            return []
+        shape = tuple((st["id"], st["state"]) for st in steps)
+        if shape != self.shape:
+            with self.db() as s:
+                if not self.shape:
+                    run = s.get(Run, self.run_id)
+                    self.max_rounds = runview.planned_max_rounds(run) if run is not None else None
+                self.records = runview.records(s, self.run_id)
+                self.labels = runview.labels(s, self.run_id)
+            self.shape = shape
+        return runview.preconditioning(steps, self.records, self.max_rounds, self.labels)
+
     def __call__(self) -> list[Event]:
         rows = self._rows()
         if not rows:
@@ -268,24 +292,25 @@ class RunPoller:
         active_hosts = {(r[9] or run_host) for r in rows if r[3] is not None and r[7] in ACTIVE_STEP}
         live = self._live(active_hosts) if active_hosts else {}
         now = time.time()
-        steps = []
-        for (_rs, _rr, _rh, sid, name, kind, rnd, state, reason, _host, workload, att_id, fio_started, number) in rows:
+        steps: list[dict[str, Any]] = []
+        for (_rs, _rr, _rh, sid, name, kind, rnd, state, reason, _host, att_id, fio_started, number,
+             seq, att_state, fio_ended, att_ended, lost_at, step_ended) in rows:
             if sid is None:
                 continue
-            status = live.get(att_id) if att_id else None
-            if state in TERMINAL_STEP:      # a step that ended without ever starting shows no progress (issue 27)
-                progress = 1.0 if state == "SUCCEEDED" or fio_started else 0.0
-            elif status is not None and status.expected_s > 0:
-                progress = _clamp(status.elapsed_s / status.expected_s)
-            elif fio_started and _expected_s(workload) > 0:
-                progress = min(_clamp((now - fio_started) / _expected_s(workload)), 0.99)
-            else:
-                progress = 0.0
-            steps.append({"id": sid, "name": name, "kind": kind, "round": rnd, "state": state,
-                          "reason": (reason or "")[:300], "progress": progress, "attempt": number})
+            status = live.get(att_id) if att_id and att_state in ACTIVE_STEP else None
+            stopped = fio_ended or att_ended or lost_at or step_ended
+            exp = self.expected.get(sid, 0.0)
+            progress = runview.progress(state, exp, fio_started, stopped, now,
+                                        (status.elapsed_s, status.expected_s) if status is not None else None)
+            steps.append({"id": sid, "index": len(steps), "seq": seq, "name": name, "kind": kind, "round": rnd,
+                          "state": state, "reason": (reason or "")[:300], "progress": progress, "attempt": number,
+                          "expected_s": exp})
         done = sum(1 for st in steps if st["state"] in TERMINAL_STEP)
+        precond = self._preconditioning(steps)
         head = {"run_id": self.run_id, "state": run_state, "reason": (run_reason or "")[:500],
-                "done": done, "total": len(steps)}
+                "done": done, "total": len(steps), "eta": runview.eta(steps, precond),
+                "actions": runview.actions(run_state, (st["state"] for st in steps)),
+                "preconditioning": [{k: g[k] for k in PRECOND_KEYS} for g in precond]}
         events: list[Event] = []
         changed = [st for st in steps if self.last_steps.get(st["id"]) != st]
         if changed or head != self.last_run:
@@ -301,7 +326,8 @@ class RunPoller:
             if sample is not None:
                 events.append(Event("sample", sample))
         if run_state in TERMINAL_RUN:
-            events.append(Event("end", {"run_id": self.run_id, "state": run_state, "reason": run_reason or ""}))
+            events.append(Event("end", {"run_id": self.run_id, "state": run_state, "reason": run_reason or "",
+                                        "actions": head["actions"]}))
         return events
 
     def _sample(self, att_id: str, st: LiveStatus) -> dict[str, Any] | None:

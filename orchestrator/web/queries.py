@@ -23,6 +23,7 @@ from orchestrator.config import ControllerTuning
 from orchestrator.queries import RunDetail, artifact_rows, run_detail
 from orchestrator.states import TERMINAL_STEP
 from orchestrator.store.models import Device, Host, Result, Run, Schedule, Step
+from orchestrator.web.runview import expected_s, step_progress
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")      # labcontract.protocol.Submit.run_id
 MAX_LIMIT = 200
@@ -108,7 +109,8 @@ def step_counts(s: Session, run_ids: list[str]) -> dict[str, tuple[int, int]]:
 
 
 SUMMARY_COLUMNS = (Run.id, Run.suite_name, Run.host, Run.device, Run.devices, Run.state, Run.reason, Run.priority,
-                   Run.submitted_at, Run.started_at, Run.ended_at, Run.submitted_by, Run.max_rounds, Run.rerun_count)
+                   Run.submitted_at, Run.started_at, Run.ended_at, Run.submitted_by, Run.max_rounds, Run.rerun_count,
+                   Run.lab)
 # (never the suite's text: up to 256 KiB a run)
 
 
@@ -117,7 +119,7 @@ def run_summary(r: Run, done: int, total: int) -> dict[str, Any]:
             "state": r.state, "reason": r.reason, "priority": r.priority, "submitted_at": r.submitted_at,
             "started_at": r.started_at, "ended_at": r.ended_at, "steps_done": done, "steps_total": total,
             "submitted_by": r.submitted_by or "", "max_rounds": r.max_rounds, "rerun_count": r.rerun_count or 0,
-            "set_aside": r.set_aside or ""}
+            "set_aside": r.set_aside or "", "lab": r.lab or ""}
 
 
 def list_runs(s: Session, f: RunFilter = RunFilter(), *, limit: int = 50,
@@ -167,9 +169,14 @@ def run_dict(s: Session, run_id: str) -> dict[str, Any]:
             "topology": run.topology}
 
 
-def step_dict(st: Step, run_host: str) -> dict[str, Any]:
+def step_dict(st: Step, run_host: str, now: float | None = None) -> dict[str, Any]:
+    last = st.attempts[-1] if st.attempts else None
+    progress = step_progress(st.state, st.workload, last.fio_started_at if last else None,
+                             (last.fio_ended_at or last.ended_at or last.lost_at if last else None) or st.ended_at,
+                             time.time() if now is None else now)
     return {"id": st.id, "seq": st.seq, "round": st.round, "kind": st.kind, "name": st.name, "cell": st.cell,
             "state": st.state, "reason": st.reason, "host": st.host or run_host, "ended_at": st.ended_at,
+            "progress": progress, "expected_s": expected_s(st.workload),
             "attempts": [{"id": a.id, "number": a.number, "state": a.state, "host": a.host,
                           "started_at": a.started_at, "ended_at": a.ended_at, "rc": a.exit_code}
                          for a in st.attempts]}

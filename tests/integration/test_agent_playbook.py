@@ -299,7 +299,10 @@ def run_the_playbook_twice(tmp_path: Path, prefix: Path, account: tuple[str, int
                     packages = task(first, "Install the lab OS packages")
                     assert not packages["changed"] and not packages.get("cache_updated"), packages
                     assert packages["invocation"]["module_args"]["name"] == installed_debs(LAB_PACKAGES), packages
-                assert task(first, "Install the agent into its venv")["changed"]
+                # the new wheel alone (its dependencies are on PYTHONPATH here: the next task has nothing to add)
+                reinstalled = task(first, "Install the agent's changed wheel over the installed one")
+                assert reinstalled["changed"] and reinstalled["invocation"]["module_args"]["state"] == "forcereinstall"
+                assert not task(first, "Install the agent into its venv")["changed"]
                 started = task(first, "Start the agent (no systemd)")
                 assert started["changed"] and started["stdout"].startswith("started (pid "), started
                 assert first.item_results("Set the I/O scheduler of the declared DUTs now")[0]["stdout"] == "changed"

@@ -48,6 +48,7 @@ def lay_history(lab: LabHandle, model_id: str, n: int, factor: float) -> None:
                 res = results[st.id]
                 sid, aid = f"{rid}-s{st.seq:03d}", f"{rid}-s{st.seq:03d}-a1"
                 s.add(Step(id=sid, run_id=rid, seq=st.seq, round=0, kind=st.kind, name=st.name, cell=st.cell,
+                           workload=st.workload,
                            job_text="", state="SUCCEEDED", ended_at=at + 5))
                 s.add(Attempt(id=aid, step_id=sid, number=1, host=model.host, device=model.device,
                               state="SUCCEEDED", timeout_s=60))

@@ -37,6 +37,7 @@ from tests.unit.test_agent_deps import base_requirements, closure, extra_require
 pytestmark = pytest.mark.integration
 
 INSTALL = "Install the controller into its venv"
+REINSTALL = "Install the controller's changed wheel over the installed one"
 PLAY = """\
 - name: The controller's install, as site.yml's controller play includes it
   hosts: controller
@@ -58,9 +59,9 @@ def host_vars(wheel: Path, host: Path) -> dict[str, Any]:
             "lab_controller_packages_install": False, "lab_controller_user": "root"}
 
 
-def install_result(run: PlaybookRun) -> dict[str, Any]:
+def install_result(run: PlaybookRun, task: str = INSTALL) -> dict[str, Any]:
     assert run.status == "successful", [e.get("stdout") for e in run.events[-8:]]
-    (res,) = run.task_results(INSTALL)
+    (res,) = run.task_results(task)
     return res
 
 
@@ -95,13 +96,18 @@ def test_the_controller_installs_from_the_wheel_with_its_extra(tmp_path: Path) -
     play.write_text(PLAY)
 
     first = run_playbook(str(play), inv, tmp_path / "run1")
-    res = install_result(first)
+    res = install_result(first, REINSTALL)
     t_first = time.monotonic() - t0
     copied = host / "wheels" / wheel.name
     args = res["invocation"]["module_args"]
-    assert res["changed"] and args["name"] == [f"{copied}[controller]"] and args["state"] == "forcereinstall", args
-    assert args["extra_args"] == f"-c {host / 'wheels' / 'constraints.txt'} --no-index --no-deps", args
+    # the new wheel alone, then the extra's dependencies (here already on PYTHONPATH: nothing more to install)
+    assert res["changed"] and args["name"] == [str(copied)] and args["state"] == "forcereinstall", args
+    assert args["extra_args"] == f"--no-deps -c {host / 'wheels' / 'constraints.txt'} --no-index --no-deps", args
     assert "Successfully installed storagelab-" in res["stdout"], res["stdout"]
+    res = install_result(first)
+    args = res["invocation"]["module_args"]
+    assert args["name"] == [f"{copied}[controller]"] and args["state"] == "present" and not res["changed"], args
+    assert args["extra_args"] == f"-c {host / 'wheels' / 'constraints.txt'} --no-index --no-deps", args
     assert "does not provide the extra" not in res["stdout"] + res["stderr"], res["stderr"]
     assert sha256(copied) == sha256(wheel)
     assert (host / "wheels" / "constraints.txt").read_bytes() == (ROOT / "constraints.txt").read_bytes()
@@ -130,8 +136,10 @@ def test_the_controller_installs_from_the_wheel_with_its_extra(tmp_path: Path) -
     rebuilt = project_wheel(tmp_path / "dist2")
     assert rebuilt.name == wheel.name and sha256(rebuilt) != sha256(wheel)
     third = run_playbook(str(play), inv, tmp_path / "run3", {"lab_controller_wheel": str(rebuilt)})
-    res = install_result(third)
+    res = install_result(third, REINSTALL)
     assert res["changed"] and res["invocation"]["module_args"]["state"] == "forcereinstall", res["stdout"]
-    assert sorted(changed_tasks(third)) == ["Copy the controller's wheel to the host", INSTALL], changed_tasks(third)
+    assert "--no-deps" in res["invocation"]["module_args"]["extra_args"].split(), res["invocation"]
+    assert not install_result(third)["changed"]
+    assert sorted(changed_tasks(third)) == ["Copy the controller's wheel to the host", REINSTALL], changed_tasks(third)
     assert sha256(copied) == sha256(rebuilt) and (site / "orchestrator" / "cmd" / "controller.py").exists()
     print(f"timings: first run {t_first:.1f}s, second run {t_second:.1f}s, total {time.monotonic() - t0:.1f}s")

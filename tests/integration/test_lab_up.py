@@ -180,3 +180,69 @@ def test_lab_up_again_on_its_lab_directory_keeps_its_admin_token(tmp_path: Path)
             proc.send_signal(signal.SIGINT)
             proc.wait(60)
     assert tokens[0] == tokens[1]
+
+
+def test_lab_up_delivers_to_the_sinks_it_is_given_and_keeps_them_in_its_lab_file(tmp_path: Path) -> None:
+    """``lab up --notify-file F --notify-webhook URL`` (issue 27, item 4): written into the lab file's [notify] before
+    its controller starts, which delivers a run's end to both; the web service lists them, and no output names the
+    webhook's URL (its path is its token)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from orchestrator import labfile
+    from orchestrator.labctl.api import ApiClient
+
+    got: list[dict[str, Any]] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secret = "T0-B0-s3cret"
+    hook, sink = f"http://127.0.0.1:{server.server_address[1]}/hooks/{secret}", tmp_path / "runs.jsonl"
+    lab_dir = (tmp_path / "lab").resolve()
+    proc = subprocess.Popen([*lab_up_argv(lab_dir), "--notify-file", str(sink), "--notify-webhook", hook],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        lines = Lines(proc)
+        got_ = lines.until({"url": r"^web service: (http://127\.0\.0\.1:\d+)\s*$", "token": r"^admin token: (slab_\S+)",
+                            "notify": r"^notifications: (.+)$"}, 150)
+        assert f"file:{sink}" in got_["notify"] and "webhook http://127.0.0.1/… (webhook:" in got_["notify"]
+        assert labfile.read(lab_dir / "lab.toml").notify == labfile.Notify((hook,), (sink,))
+        api = ApiClient(got_["url"], got_["token"], timeout_s=30)
+        run_id = api.submit("lab-local", ["dut0"], suite_yaml="suite: one\nprofiles:\n  - {name: a, rw: randread, "
+                                                              "bs: 4k, iodepth: 4, runtime: 1s}\n", source="one.yaml")
+
+        def delivered() -> bool:
+            assert proc.poll() is None, "".join(lines.seen)
+            return sink.is_file() and run_id in sink.read_text() and any(b["run"] == run_id for b in got)
+        wait_for(delivered, 120, f"the end of run {run_id} at the file and the webhook", interval=0.3)
+        want = [("file", "lab file", "ok", 1), ("webhook", "lab file", "ok", 1)]
+
+        def listed() -> list[dict[str, Any]] | None:       # written down by the controller's next pass
+            rows = api.notifications()
+            return rows if sorted((r["kind"], r["origin"], r["state"], r["delivered"]) for r in rows) == want else None
+        rows = wait_for(listed, 30, "both sinks listed as delivered", interval=0.2)
+        assert secret not in json.dumps(rows)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        out = lines.rest(10)
+        assert secret not in out and secret not in (lab_dir / "logs" / "controller.log").read_text()
+    finally:
+        server.shutdown()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        for pid in processes_of(lab_dir):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

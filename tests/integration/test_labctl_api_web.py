@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from labcontract.errors import AccessError, CommandRefused, Forbidden, NotFound, SubmissionError
 from orchestrator.labctl.api import ApiClient
 from orchestrator.labs.lab import wait_for
-from tests.webfix import WebHandle, web  # noqa: F401
+from tests.webfix import WebHandle, api_labctl, web  # noqa: F401
 
 BAD_SUITE = """\
 suite: bad
@@ -86,23 +85,6 @@ def test_admin_tokens_through_the_api(web: WebHandle) -> None:  # noqa: F811
         api(web, "engineer").tokens()
 
 
-def api_labctl(web: WebHandle, tmp_path: Path,  # noqa: F811
-               role: str = "viewer") -> Callable[..., subprocess.CompletedProcess[str]]:
-    """labctl through ``--api`` with a token of ``role`` (a viewer's unless told) and nowhere to read a store
-    from: only the API can answer."""
-    token_file = tmp_path / f"{role}.token"
-    token_file.write_text(web.tokens[role] + "\n")
-    os.chmod(token_file, 0o600)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAB_")}
-
-    def through_api(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "orchestrator.cmd.labctl", "--lab-dir", str(tmp_path / "none"),
-                               "--store", f"sqlite:///{tmp_path / 'absent.sqlite'}", "--api", web.url,
-                               "--token-file", str(token_file), *args], capture_output=True, text=True, timeout=120,
-                              cwd=tmp_path, env=env)
-    return through_api
-
-
 def test_regressions_and_ack_are_the_same_with_and_without_api(web: WebHandle, tmp_path: Path) -> None:  # noqa: F811
     """``labctl regressions`` (table and --json) and ``regressions ack`` through ``--api`` print what they print
     against the store (issue 27: with --api they silently read the local store)."""
@@ -118,6 +100,7 @@ def test_regressions_and_ack_are_the_same_with_and_without_api(web: WebHandle, t
     assert "no regression '0123456789ab'" in local.stderr and remote.stderr == local.stderr
 
 
+@pytest.mark.timeout(600)           # a dozen labctl processes and three runs: minutes on a loaded machine
 def test_compare_and_export_of_n_runs_are_the_same_with_and_without_api(web: WebHandle,  # noqa: F811
                                                                          tmp_path: Path) -> None:
     """``labctl compare`` of three runs (``last`` and ids) as a table, JSON and CSV, in MB/s and MiB/s, and ``labctl
@@ -131,6 +114,7 @@ def test_compare_and_export_of_n_runs_are_the_same_with_and_without_api(web: Web
     through_api = api_labctl(web, tmp_path)
     for args in (("compare", ids[0], ids[1], "last"), ("compare", *ids, "--format", "json"),
                  ("compare", *ids, "--format", "csv", "--units", "binary"),
+                 ("compare", *ids, "--baseline", "last"), ("compare", *ids, "--baseline", ids[1], "--format", "json"),
                  ("compare", *ids, "--units", "binary")):
         local, remote = web.lab.labctl(*args), through_api(*args)
         assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
@@ -140,6 +124,10 @@ def test_compare_and_export_of_n_runs_are_the_same_with_and_without_api(web: Web
     local, remote = web.lab.labctl("compare", ids[0]), through_api("compare", ids[0])
     assert local.returncode == remote.returncode == 2 and remote.stderr == local.stderr
     assert "compare needs at least 2 runs, got 1" in remote.stderr
+    # a baseline that is not one of the compared runs: refused the same way, with the reason
+    local, remote = (f("compare", ids[0], ids[1], "--baseline", ids[2]) for f in (web.lab.labctl, through_api))
+    assert local.returncode == remote.returncode == 2 and remote.stderr == local.stderr
+    assert f"baseline {ids[2]!r} is not one of the compared runs ({ids[0]}, {ids[1]})" in remote.stderr
     for fmt in ("csv", "json"):
         mine, theirs = tmp_path / f"local-{fmt}", tmp_path / f"api-{fmt}"
         local = web.lab.labctl("export", *ids, "--format", fmt, "--table", "all", "--output", str(mine))
@@ -334,3 +322,52 @@ def test_canary_is_the_same_with_and_without_api(web: WebHandle, tmp_path: Path)
     assert f"no schedule 'canary.{host}.dut0'" in gone.stderr
     assert f"no schedule 'canary.{host}.dut7'" in same("canary", "remove", host, "dut7", ok=False).stderr
     assert same("canary", "list").stdout == empty.stdout
+
+
+def test_schedules_tokens_and_release_are_the_same_with_and_without_api(web: WebHandle,  # noqa: F811
+                                                                        tmp_path: Path) -> None:
+    """``schedule add / list / rm``, ``token create / revoke`` and ``hosts release`` through ``--api`` (an admin's
+    token) print what they print against the store and the broker, refusals included (issue 27: they went to the
+    local broker and store whatever ``--api`` said)."""
+    through_api = api_labctl(web, tmp_path, "admin")
+    lab, host = web.lab, web.lab.host
+    suite = tmp_path / "one.yaml"
+    suite.write_text(ONE_STEP)
+    common = (str(suite), "--cron", "0 3 * * *", "--host", host, "--device", "dut0")
+    direct = lab.labctl("schedule", "add", "nightly-direct", *common)
+    remote = through_api("schedule", "add", "nightly-api", *common)
+    assert (direct.returncode, remote.returncode) == (0, 0), (direct.stderr, remote.stderr)
+    assert (direct.stdout, remote.stdout) == ("schedule nightly-direct added\n", "schedule nightly-api added\n")
+    bad = [run("schedule", "add", "bad", *common[:2], "0 3 * *", *common[3:]) for run in (lab.labctl, through_api)]
+    assert bad[0].returncode == bad[1].returncode != 0 and bad[0].stderr == bad[1].stderr, bad
+
+    def listed() -> str | None:
+        out = lab.labctl("schedule", "list").stdout
+        return out if "nightly-direct" in out and "nightly-api" in out else None
+    local = wait_for(listed, 60, "both schedules to be stored", interval=0.2)
+    assert through_api("schedule", "list").stdout == local
+    assert through_api("schedule", "rm", "nightly-direct").stdout == "schedule nightly-direct removed\n"
+    assert lab.labctl("schedule", "rm", "nightly-api").stdout == "schedule nightly-api removed\n"
+    wait_for(lambda: "nightly" not in through_api("schedule", "list").stdout, 60, "both schedules gone",
+             interval=0.2)
+
+    made = through_api("token", "create", "--name", "from-api", "--role", "viewer", "--expires-in", "1d")
+    assert made.returncode == 0 and made.stdout.startswith("slab_") and "shown only now" in made.stderr, made.stderr
+    assert ApiClient(web.url, made.stdout.strip()).whoami()["name"] == "from-api"
+    assert through_api("token", "list").stdout == lab.labctl("token", "list").stdout
+    short = [run("token", "create", "--name", "x", "--role", "viewer", "--expires-in", "10s")
+             for run in (lambda *a: lab.labctl(*a, broker=lab.lab.web_url), through_api)]
+    assert short[0].stderr == short[1].stderr == "error: --expires-in: at least 60s\n", short
+    assert through_api("token", "revoke", "from-api").stdout == "token from-api revoked\n"
+
+    def refused() -> bool:
+        try:
+            ApiClient(web.url, made.stdout.strip()).whoami()
+        except AccessError:
+            return True
+        return False
+    wait_for(refused, 30, "the revoked token to be refused", interval=0.2)
+
+    released = [run("hosts", "release", host) for run in (lab.labctl, through_api)]    # nothing is quarantined
+    assert [(r.returncode, r.stdout, r.stderr) for r in released] == \
+        [(1, "", f"error: nothing of {host} is quarantined\n")] * 2, released

@@ -231,3 +231,43 @@ def test_0014_fingerprints_steps_on_postgres_and_results_stored_before_keep_read
             assert c.scalars(text("SELECT fingerprint FROM steps WHERE id = 'r1-s001'")).one() == got["r1-s001"]
     finally:
         engine.dispose()
+
+
+def test_0017_keeps_the_notification_sinks_state_on_postgres(pg_server: PgServer) -> None:  # noqa: F811
+    """Schema 0017 on PostgreSQL: the controller's sinks recorded (a file sink's key of any length: the row id is
+    its hash), a failure with its reason then a success, listed as the web service lists them; the downgrade drops
+    the table and the upgrade makes it again."""
+    from alembic import command
+
+    from orchestrator.controller.notify import Delivered, FileSink, WebhookSink
+    from orchestrator.controller.sinkstate import SinkStates
+    from orchestrator.notifysinks import listing
+
+    engine = make_engine(pg_server.create_database("sinks0017"))
+    try:
+        command.upgrade(alembic_config(engine), "0016")
+        migrate(engine)
+        db = sessions(engine)
+        clock = iter(range(100, 200))
+        hook = WebhookSink("https://ci.lab/hooks/T0/s3cret", 3.0)
+        deep = FileSink(Path("/var/lib/storagelab/" + "d" * 3000 + "/runs.jsonl"))
+        states = SinkStates(db, [deep, hook], {hook.key: "lab file"}, lambda: float(next(clock)))
+        states.start()
+        states.record([Delivered("r1", hook.key, "Service Unavailable\r\nX-Injected: 1", final=False),
+                       Delivered("r1", deep.key)], {hook.key: 1, deep.key: 0})
+        with db() as s:
+            rows = {r["kind"]: r for r in listing(s)}
+        assert rows["webhook"]["state"] == "failing" and rows["webhook"]["pending"] == 1
+        assert rows["webhook"]["last_error"] == "Service Unavailable X-Injected: 1"     # one line, bounded
+        assert rows["webhook"]["origin"] == "lab file" and "s3cret" not in repr(rows)
+        assert rows["file"]["state"] == "ok" and rows["file"]["key"] == deep.key and rows["file"]["origin"] == "option"
+        states.record([Delivered("r1", hook.key)], {hook.key: 0, deep.key: 0})
+        with db() as s:
+            hook_row = next(r for r in listing(s) if r["kind"] == "webhook")
+        assert (hook_row["state"], hook_row["delivered"], hook_row["pending"]) == ("ok", 1, 0)
+        command.downgrade(alembic_config(engine), "0016")
+        assert "notify_sinks" not in inspect(engine).get_table_names()
+        migrate(engine)
+        assert "notify_sinks" in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()

@@ -68,7 +68,7 @@ def test_run_show_prints_each_cell_with_its_interval(lab: LabHandle, repeated: R
     assert "repeated cells" in text and "±95%" in text and "CoV" in text, text
     for q in (1, 4):
         s = summarize(_iops(repeated, q))
-        line = next(ln for ln in text.splitlines() if f"iodepth={q}" in ln and "3/3" in ln)
+        line = next(ln for ln in text.splitlines() if f"1T{q}Q" in ln and "3/3" in ln)   # the cell's one name
         assert f"{s.mean:,.0f}" in line, (line, s)
         # a loop device under load can be noisy: the line then says so instead of printing bounds
         assert interval_text(s, "{:,.0f}").removeprefix("± ") in line, (line, s)
@@ -81,7 +81,7 @@ def test_the_export_carries_mean_interval_and_cov(lab: LabHandle, repeated: RunD
     rows = [r for r in csv.DictReader(io.StringIO(out.stdout)) if r["metric"] == "iops"]
     assert len(rows) == 2, rows
     for row in rows:
-        q = 1 if "iodepth=1" in row["cell"] else 4
+        q = 1 if "1T1Q" in row["cell"] else 4
         values = _iops(repeated, q)
         assert row["repeats"] == row["planned"] == "3"
         assert float(row["mean"]) == pytest.approx(statistics.fmean(values))
@@ -108,12 +108,13 @@ def test_the_html_report_draws_means_with_intervals(lab: LabHandle, repeated: Ru
     fig = page.figure("repeats-0-iops")
     assert fig.points == 2 and fig.headers[:3] == ["cell", "repeats", "mean IOPS"]
     for row in fig.rows:
-        q = 1 if "iodepth=1" in row[0] else 4
+        q = 1 if "1T1Q" in row[0] else 4
         s = summarize(_iops(repeated, q))
         assert row[1] == "3 of 3" and row[2] == f"{s.mean:,.0f}"
         assert s.cov_pct is not None and row[4] == f"{s.cov_pct:.1f}%"
     bars = page.figure("bars-all-iops")     # the 4K 1T1Q cell has a chart of its own; this one draws QD4
-    assert [r[0] for r in bars.rows] == ["4k-random iodepth=4"], "one bar per cell (its mean), not one per repeat"
+    assert [r[0] for r in bars.rows] == ["4K random read 100% 1T4Q (4k-random)"], \
+        "one bar per cell (its mean), not one per repeat"
     assert bars.rows[0][3] == f"{statistics.fmean(_iops(repeated, 4)):,.0f}"
 
 

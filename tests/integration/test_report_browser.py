@@ -16,7 +16,7 @@ import yaml
 
 from bench.reportdata import SyntheticStore, build
 from labcontract.suite import load_suite
-from orchestrator.cells import cell_key, key_label
+from orchestrator.cells import cell_label
 from orchestrator.htmlreport import write_html
 from orchestrator.queries import RunDetail, run_detail
 from orchestrator.store.models import Result, Step
@@ -92,7 +92,9 @@ def check_bars(page: PageSummary, details: list[RunDetail]) -> int:
                 if (wl.get("bs"), wl.get("numjobs"), wl.get("iodepth")) != (4096, 16, 16):
                     continue
                 which = {100: "read", 0: "write"}.get(wl.get("rwmixread", -1))
-                rows = [r for r in f.rows if r[0] == f"4K random {which} 100% 16T16Q" and r[1].endswith(d.run.id[-6:])]
+                name = f"4K random {which} 100% 16T16Q ({st.cell['profile']})"
+                assert name == cell_label(st.cell, st.workload)          # what compare calls it too
+                rows = [r for r in f.rows if r[0] == name and r[1].endswith(d.run.id[-6:])]
                 assert len(rows) == 1, f"{f.id}: no single bar for {st.name} of {d.run.id}: {f.rows}"
                 shown(rows[0][3], res.iops, f"{f.id} {st.name} run {d.run.id}")
                 checked += 1
@@ -105,7 +107,7 @@ def check_all_bars(page: PageSummary, d: RunDetail) -> int:
             if r[1].endswith(d.run.id[-6:])}
     checked = 0
     for st, res in measured(d):
-        label = key_label(cell_key(st.cell))
+        label = cell_label(st.cell, st.workload)
         if label in rows:
             shown(rows[label][3], res.iops, f"bars-all-iops {label} run {d.run.id}")
             checked += 1
@@ -117,10 +119,11 @@ def check_heatmap(page: PageSummary, d: RunDetail) -> int:
     rows = {r[1]: r for f in page.of("heatmap") for r in f.rows if r[0] == "run 1"}
     checked = 0
     for st, res in measured(d):
-        if st.name in rows:
+        name = cell_label(st.cell, st.workload)
+        if name in rows:
             f = page.of("heatmap")[0]
-            shown(rows[st.name][f.headers.index("MB/s")], res.bw_bytes / 1e6, f"heat map {st.name} MB/s")
-            shown(rows[st.name][f.headers.index("IOPS")], res.iops, f"heat map {st.name} IOPS")
+            shown(rows[name][f.headers.index("MB/s")], res.bw_bytes / 1e6, f"heat map {name} MB/s")
+            shown(rows[name][f.headers.index("IOPS")], res.iops, f"heat map {name} IOPS")
             checked += 1
     return checked
 
@@ -130,7 +133,7 @@ def check_groups(page: PageSummary, d: RunDetail) -> int:
     checked = 0
     figs = [f for f in page.of("groups") if "IOPS" in f.headers]
     for st, res in measured(d):
-        cell = key_label(cell_key(st.cell))
+        cell = cell_label(st.cell, st.workload)
         for path, m in (res.per_device or {}).items():
             rows = [r for f in figs for r in f.rows if r[1] == cell and r[2].endswith(f"({path})")]
             assert len(rows) == 1, f"groups: no single row for {cell} device {path}"
@@ -147,12 +150,14 @@ def check_network(page: PageSummary, d: RunDetail) -> int:
     assert totals and paths, f"network: no totals or per-path table in {[f.id for f in page.of('network')]}"
     hdr = next(f.headers for f in page.of("network") if "initiator Gbps" in f.headers)
     phdr = next(f.headers for f in page.of("network") if f.headers[4:5] == ["path"])
+    workloads = {st.seq: st.workload for st in d.steps if st.kind == "net" and st.cell.get("role") == "initiator"}
     for g in d.net_groups:
-        shown(totals[g.name][hdr.index("initiator Gbps")], g.total["initiator_gbps"], f"network {g.name} initiator")
-        shown(totals[g.name][hdr.index("target Gbps")], g.total["target_gbps"], f"network {g.name} target")
+        name = cell_label(g.cell, workloads.get(g.seq))         # the tables name a cell as compare does
+        shown(totals[name][hdr.index("initiator Gbps")], g.total["initiator_gbps"], f"network {name} initiator")
+        shown(totals[name][hdr.index("target Gbps")], g.total["target_gbps"], f"network {name} target")
         for key, p in g.per_path.items():
             if p["role"] == "initiator":
-                shown(paths[(g.name, key)][phdr.index("Gbps")], p["gbps"], f"network {g.name} path {key}")
+                shown(paths[(name, key)][phdr.index("Gbps")], p["gbps"], f"network {name} path {key}")
                 checked += 1
         checked += 2
     return checked
@@ -163,7 +168,8 @@ def check_precondition(page: PageSummary, details: list[RunDetail]) -> int:
     checked = 0
     for d in details:
         for rec in d.preconditions:
-            title = "Preconditioning " + rec.name.removeprefix("precondition.")
+            first = next(st for st in d.steps if st.kind == "precondition" and st.seq == rec.seq)
+            title = "Preconditioning " + cell_label(first.cell, first.workload)
             figs = [f for f in page.of("precondition") if f.title == title]
             assert len(figs) == 1, f"no single figure {title!r}: {[f.title for f in page.of('precondition')]}"
             rows = {r[1]: r for r in figs[0].rows if r[0].endswith(d.run.id[-6:])}
@@ -181,7 +187,7 @@ def check_latency(page: PageSummary, details: list[RunDetail]) -> int:
         col = next(i for i, h in enumerate(f.headers) if h.startswith("p99 ("))
         div = 1e6 if f.headers[col].endswith("(ms)") else 1e3
         for d in details:
-            cells = {key_label(cell_key(st.cell)): res for st, res in measured(d)}
+            cells = {cell_label(st.cell, st.workload): res for st, res in measured(d)}
             for r in f.rows:
                 if r[0].endswith(d.run.id[-6:]) and r[2] == "read" and r[3] == "total" and r[1] in cells:
                     p99 = cells[r[1]].metrics["read"]["lat"]["percentiles_ns"]["p99"]

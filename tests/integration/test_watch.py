@@ -20,7 +20,7 @@ def labctl_argv(lab: LabHandle, *args: str) -> list[str]:
 
 
 def test_watch_in_a_terminal_shows_progress_and_live_iops(lab: LabHandle) -> None:
-    run_id = lab.submit(one_workload(5, "watched"))
+    run_id = lab.submit(one_workload(15, "watched"))   # long enough for labctl to start on a loaded machine
     lab.wait_step_state(run_id, "RUNNING")
     cmd = " ".join(labctl_argv(lab, "watch", run_id))
     # script(1) gives the command a real pseudo-terminal, so rich renders its live view

@@ -32,7 +32,7 @@ EXPECTED_ROLES: dict[tuple[str, str], str] = {
         "/api/runs/{run_id}/export",
         "/api/runs/{run_id}/live", "/api/hosts", "/api/queue", "/api/schedules", "/api/suites",
         "/api/regressions", "/api/runs/{run_id}/show", "/api/runs/{run_id}/watch", "/api/hosts/show",
-        "/api/canaries", "/api/canaries/dut")},
+        "/api/canaries", "/api/canaries/dut", "/api/notifications", "/api/reference")},
     **{("POST", p): "engineer" for p in (
         "/api/runs", "/api/runs/{run_id}/cancel", "/api/runs/{run_id}/pause", "/api/runs/{run_id}/resume",
         "/api/runs/{run_id}/rerun", "/api/regressions/{regression_id}/ack")},

@@ -20,11 +20,12 @@ from tests.pg import PgServer, pg_server  # noqa: F401  (a fixture, used by name
 
 pytestmark = pytest.mark.integration
 
+# b runs long enough for labctl to start and its cancel to land while it runs on a loaded machine (a cancel cuts it)
 CANCEL_ME = """\
 suite: three
 profiles:
   - {name: a, rw: randread, bs: 4k, iodepth: 4, runtime: 1s}
-  - {name: b, rw: randread, bs: 8k, iodepth: 4, runtime: 8s}
+  - {name: b, rw: randread, bs: 8k, iodepth: 4, runtime: 20s}
   - {name: c, rw: read, bs: 64k, iodepth: 4, runtime: 1s}
 """
 PRECONDITION = """\

@@ -181,6 +181,10 @@ def test_compare_takes_the_chosen_baseline_and_shows_verdicts_first(web: WebHand
         assert sig and "significantly better" in sig.group(0) and "significantly worse" not in sig.group(0)
         assert "cmp-a" in sig.group(0)
         assert 'href="/api/compare?run=cmp-b&amp;run=cmp-a&amp;format=csv"' in html, "the CSV follows it"
+        # the form picking other runs carries the baseline (issue 27: it fell back to the first picked)
+        pick = re.search(r'<form method="get" action="/compare" id="pick">.*?</form>', html, flags=re.S)
+        assert pick and '<input type="radio" name="baseline" value="cmp-b" checked' in pick.group(0), pick
+        assert '<input type="radio" name="baseline" value="cmp-a" aria' in pick.group(0)
         # a baseline that is not one of the compared runs: refused, saying so
         for bad in ("cmp-c", "g012", "x" * 64):
             r = c.get("/compare", params=[("run", "cmp-a"), ("run", "cmp-b"), ("baseline", bad)])
@@ -242,5 +246,10 @@ def test_both_pages_in_a_browser_without_error(browser: Browser, web: WebHandle,
     # the framed comparison (drawn in a subprocess) with the chosen baseline first: its figures drawn with data
     figs = report_figures(b, "compare-frame", "/compare/view?run=cmp-b&run=cmp-a")
     assert figs and not [p for f in figs for p in f.problems()]
+    # picking the runs again keeps the baseline
+    with b.page.expect_navigation():
+        b.page.click("#pick button[type=submit]")
+    assert parse_qs(urlsplit(b.page.url).query).get("baseline") == ["cmp-b"]
+    assert b.page.inner_text("#verdicts h2") == "Verdicts against cmp-b"
     b.shot("web-compare.png")
     b.check("/compare with a chosen baseline")

@@ -29,12 +29,8 @@ pytestmark = pytest.mark.integration
 
 
 def start_controller(lab: Lab, store: str, name: str, *extra: str) -> Proc:
-    """A controller whose log is ``logs/<name>.log`` (Lab names every controller's log controller.log)."""
-    proc = lab.start_controller(store, extra=extra)
-    target = lab.root / "logs" / f"{name}.log"
-    os.rename(proc.log, target)          # the process keeps writing to it through its open descriptor
-    proc.log, proc.name = target, name
-    return proc
+    """A controller whose log is ``logs/<name>.log``."""
+    return lab.start_controller(store, extra=extra, name=name)
 
 
 def log_has(proc: Proc, text: str) -> bool:

@@ -420,7 +420,7 @@ def test_canary_judgement_on_zero_iops_a_zero_history_and_absurd_figures() -> No
     assert canary.judge(hist, {}).state == "no figures"
     assert "history too short" in canary.judge([], {cell: 1.0}).detail
     d = trep._run({1: [1e308, math.inf, 1000.0]})
-    assert canary.figures(d)[("4k iodepth=1", "iops")] == 1000.0
+    assert [v for (_cell, metric), v in canary.figures(d).items() if metric == "iops"] == [1000.0]
 
 
 def test_a_canary_of_a_removed_device_or_a_failed_run_is_not_judged(tmp_path: Path) -> None:

@@ -215,7 +215,7 @@ def test_iscsi_perf_paths_and_compare_with_fio(netrun: NetRunLab) -> None:
 
     out = netrun.labctl("compare", fio_run, iscsi_run)
     assert f"A: {fio_run} (suite net-fio, " in out and f"B: {iscsi_run} (suite net-iscsi, " in out, out
-    for label in ("seq-128k-read mtu=9000 paths=single", "seq-128k-read mtu=9000 paths=multi"):
+    for label in ("MTU 9000 single path (seq-128k-read)", "MTU 9000 multipath (seq-128k-read)"):
         assert label in out, out                                     # full cell names, matched by MTU and path mode
     assert "Gbps" in out and f"{INITIATOR}.b Gbps" in out, out
     doc = json.loads(netrun.labctl("compare", fio_run, iscsi_run, "--format", "json"))

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from agents import kinds as agent_kinds
 from labcontract.facts import DeclaredDut, HostFacts, StepKindFact
+from labcontract.fioextra import EXTENDED
 from labcontract.protocol import Register, Submit
 from orchestrator import kinds
 from orchestrator.kinds import fio as fio_kind
@@ -49,9 +50,11 @@ def waits(db: Any, clock: Any) -> dict[str, str]:
 
 def test_the_agent_announces_what_its_platform_runs() -> None:
     linux = {k.action: k.version for k in agent_kinds.announced("linux")}
-    assert linux == {"app": 1, "fio": 1, "net": 2, "purge": 1}
+    assert linux == {"app": 1, "fio": 2, "net": 2, "purge": 1}                 # fio 2: the extended options
     assert {k.action for k in agent_kinds.announced("windows")} == {"fio"}     # purge, net, app use Linux tools
-    assert set(kinds.agent_kinds().values()) <= {(k, v) for k, v in linux.items()}
+    # every kind this controller's steps need, at a version this agent runs (fio: 1 for a plain workload, 2 with the
+    # extended options: scheduling.run_needs)
+    assert all(linux[k] >= v for k, v in kinds.agent_kinds().values())
 
 
 def test_a_host_lacking_a_kind_holds_the_run_and_says_why_and_the_others_run(env: Any) -> None:
@@ -108,3 +111,42 @@ def test_a_hostile_announcement_is_refused_with_the_facts(announced: list[dict[s
     with pytest.raises(ValidationError) as e:
         HostFacts.model_validate({"hostname": "h", "step_kinds": announced})
     assert "step_kinds" in str(e.value)
+
+
+EXTENDED_SUITE = """\
+suite: zipf
+profiles:
+  - {name: a, rw: randread, bs: 4k, iodepth: 4, runtime: 1, random_distribution: "zipf:1.2"}
+"""
+
+
+def test_a_suite_with_extended_fio_options_is_never_sent_to_an_older_fio_kind(env: Any) -> None:
+    """Issue 28: the extended options need fio kind 2. A host whose agent announced fio 1 is refused such a suite at
+    submit with the reason; one that is downgraded after the submission holds the run; a plain suite still runs on
+    fio 1, and its start message carries none of the new keys (an older agent reads it as before)."""
+    ctl, disp, clock, db = env
+    register(ctl, "v1", (("fio", 1), ("purge", 1)))
+    reply = ctl.submit(Submit(run_id="r-ext", suite_source="s.yaml", suite_text=EXTENDED_SUITE, host="v1",
+                              devices=("dut0",), reply_to="-"))
+    assert not reply.ok
+    assert any("random_distribution: host v1's agent runs fio steps at version 1; these options need version 2 or "
+               "later: upgrade the agent" in e for e in reply.errors), reply.errors
+    register(ctl, "v2", (("fio", 2), ("purge", 1)))
+    reply = ctl.submit(Submit(run_id="r-ext", suite_source="s.yaml", suite_text=EXTENDED_SUITE, host="v2",
+                              devices=("dut0",), reply_to="-"))
+    assert reply.ok, reply.errors
+    register(ctl, "v2", (("fio", 1), ("purge", 1)))              # the agent went back to an older version
+    plain_suite = SUITE.replace("phases: {purge: true}\n", "")
+    reply = ctl.submit(Submit(run_id="r-plain", suite_source="s.yaml", suite_text=plain_suite, host="v1",
+                              devices=("dut0",), reply_to="-"))
+    assert reply.ok, reply.errors
+    ctl.schedule()
+    (plain,) = disp.starts()
+    assert (plain.host, plain.action) == ("v1", "fio")            # the plain suite runs on fio 1
+    assert not set(plain.model_dump(mode="json")["workload"]) & set(EXTENDED)      # none of the new keys
+    assert waits(db, clock)["r-ext"] == ("host v2's agent runs fio steps at version 1; this controller's measure "
+                                         "steps need version 2 or later: upgrade the agent")
+    register(ctl, "v2", (("fio", 2), ("purge", 1)))
+    ctl.schedule()
+    (ext,) = [m for m in disp.starts() if m.host == "v2"]
+    assert ext.model_dump(mode="json")["workload"]["random_distribution"] == "zipf:1.2"

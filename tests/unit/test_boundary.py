@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
 import orchestrator.controller.commands as commands_mod
+import orchestrator.controller.notifying as notifying_mod
 import orchestrator.controller.watchdogs as watchdogs_mod
 from labcontract.protocol import ScheduleAdd, StepStarted, Submit
 from orchestrator.controller import Controller
@@ -147,13 +148,13 @@ def test_a_notification_that_cannot_be_built_marks_its_run_and_the_others_go(env
     ctl.notifier = Notifier(files=[tmp_path / "n.jsonl"])
     for rid in ("r1", "r2"):
         _ended_run(ctl, db, rid)
-    real = commands_mod.payload
+    real = notifying_mod.payload
 
     def payload(run: Run, results: Any) -> dict[str, Any]:
         if run.id == "r1":
             raise ValueError("a figure it cannot format")
         return real(run, results)
-    monkeypatch.setattr(commands_mod, "payload", payload)
+    monkeypatch.setattr(notifying_mod, "payload", payload)
     ctl.notify()
     ctl.notify()
     with db() as s:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import ssl
 import stat
 from pathlib import Path
@@ -197,3 +198,71 @@ def test_the_cli_folds_the_credential_options_into_the_url_and_warns_of_an_inlin
         broker_url_of("redis://ctl:6379/0", ca=tmp_path / "ca.pem")
     with pytest.raises(typer.Exit):
         broker_url_of("rediss://ctl:6380/0", cert=tmp_path / "c.pem")
+
+
+def test_a_sentinel_url_names_its_sentinels_master_group_and_both_logins(tmp_path: Path) -> None:
+    pw, spw = tmp_path / "agent.pass", tmp_path / "sentinel.pass"
+    write_secret(pw, "agent-pw\n")
+    write_secret(spw, "sentinel-pw\n")
+    url = with_credentials(f"redis+sentinel://s1.lab:26379,10.0.0.2:26380/labmaster/3?sentinel_password_file={spw}"
+                           "&sentinel_user=watcher", user="agent-h1", password_file=pw)
+    assert "agent-pw" not in url and "sentinel-pw" not in url
+    r = resolve(url)
+    assert r.sentinel is not None
+    assert (r.sentinel.sentinels, r.sentinel.master, r.sentinel.db) == (
+        (("s1.lab", 26379), ("10.0.0.2", 26380)), "labmaster", 3)
+    assert r.kwargs == {"username": "agent-h1", "password": "agent-pw"}
+    assert r.sentinel_kwargs == {"username": "watcher", "password": "sentinel-pw"}
+    client = redis_client(url)
+    pool = client.connection_pool
+    assert (pool.service_name, pool.connection_kwargs["username"], pool.connection_kwargs["db"]) == (
+        "labmaster", "agent-h1", 3)
+    conf = celery_settings(url, host="h1")
+    from kombu import Connection
+
+    conn = Connection(conf["broker_url"], transport_options=conf["broker_transport_options"])
+    assert conn.transport_cls == "sentinel" and len(conn.alt) == 2
+    assert (conn.userid, conn.password) == ("agent-h1", "agent-pw")
+    opts = conf["broker_transport_options"]
+    assert opts["master_name"] == "labmaster" and opts["sentinel_kwargs"]["password"] == "sentinel-pw"
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("redis+sentinel:///labmaster", "no sentinel"),
+    ("redis+sentinel://s1:26379/", "master group ''"),
+    ("redis+sentinel://s1:26379/bad*name", "master group 'bad*name'"),
+    ("redis+sentinel://s1:99999/m", "port 1-65535"),
+    ("redis+sentinel://s1/m", "expected host:port"),
+    ("redis+sentinel://s1:26379/m/16", "database '16'"),
+    ("redis+sentinel://s1:26379/m/0/x", "expected /MASTER or /MASTER/DB"),
+    ("redis+sentinel://" + ",".join(f"s{i}:1" for i in range(10)) + "/m", "10 sentinels, at most 9"),
+])
+def test_a_bad_sentinel_url_is_refused_with_every_problem(url: str, problem: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        resolve(url)
+
+
+def test_sentinel_parameters_on_a_plain_url_and_unknown_ones_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="sentinel_\\* parameters given for a URL without sentinels"):
+        resolve("redis://127.0.0.1:6379/0?sentinel_user=x")
+    with pytest.raises(ConfigError, match="unknown parameters for a sentinel URL: foo"):
+        resolve("redis+sentinel://s1:26379/m?foo=1")
+    with pytest.raises(ConfigError, match="TLS files given"):
+        resolve(f"redis+sentinel://s1:26379/m?ssl_ca_certs={tmp_path}")
+
+
+def test_a_tls_sentinel_url_speaks_tls_to_the_sentinels_and_the_primary(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not read here")
+    url = f"rediss+sentinel://s1:26379,s2:26379/labmaster?ssl_ca_certs={ca}"
+    r = resolve(url)
+    assert r.sentinel is not None and r.sentinel.tls
+    assert r.sentinel_kwargs["ssl"] is True and r.sentinel_kwargs["ssl_ca_certs"] == str(ca)
+    from redis.sentinel import SentinelManagedSSLConnection
+
+    pool = redis_client(url).connection_pool
+    assert pool.connection_class is SentinelManagedSSLConnection
+    assert pool.connection_kwargs["ssl_ca_certs"] == str(ca)
+    conf = celery_settings(url)
+    assert conf["broker_use_ssl"]["ssl_ca_certs"] == str(ca)
+    assert conf["broker_transport_options"]["sentinel_kwargs"]["ssl"] is True

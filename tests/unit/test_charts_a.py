@@ -138,7 +138,7 @@ def test_bars_rank_best_first_and_use_gbs_from_1_gbs(stock: RunDetail, hp: RunDe
     seq = by_id(fs, "bars-seq-bw")
     assert seq.table.headers[-1] == "bandwidth (GB/s)" and ">bandwidth (GB/s)<" in seq.svg
     _, res = step_named(stock, "128k-seq.read")
-    assert [r[3] for r in seq.table.rows if r[0] == "128K sequential read 16T16Q" and "stock" in r[1]] == \
+    assert [r[3] for r in seq.table.rows if r[0] == "128K sequential read 16T16Q (128k-seq)" and "stock" in r[1]] == \
         [fmt.gbs(res.bw_bytes)]
     one = by_id(fs, "bars-4k-1t1q-lat_mean")
     assert one.table.headers[-1] == "average latency (µs)"     # QD1 latency is sub-millisecond here
@@ -149,7 +149,8 @@ def test_demo_run_gets_the_all_cells_fallback() -> None:
     fs = figs([demo_run()], "bars")
     assert [f.id for f in fs] == ["bars-seq-bw", "bars-all-iops", "bars-all-bw"]
     cells = {r[0] for r in by_id(fs, "bars-all-iops").table.rows}
-    assert cells == {"4k-random rwmixread=100", "4k-random rwmixread=0", "8k-7030"}
+    assert cells == {"4K random read 100% 1T16Q (4k-random)", "4K random write 100% 1T16Q (4k-random)",
+                     "8K random 70/30 2T8Q (8k-7030)"}
     assert by_id(fs, "bars-seq-bw").table.headers[-1] == "bandwidth (MB/s)"
     assert figs([demo_run()], "precondition") == [] and figs([demo_run()], "scaling") == []
 
@@ -162,7 +163,7 @@ def test_latency_percentiles_equal_fio_rule_on_the_merged_bins(stock: RunDetail)
     assert hist is not None
     bins = latency.merge(latency.bins_of(hist["read"]), latency.bins_of(hist["write"]))
     p = percentiles_from_bins(bins)
-    row = next(r for r in f.table.rows if r[1] == "4k-random rwmixread=100" and r[2] == "read + write")
+    row = next(r for r in f.table.rows if r[1] == "4K random read 100% 16T16Q (4k-random)" and r[2] == "read + write")
     unit = f.table.headers[col(f, lambda h: h.startswith("p99 ("))]
     text = fmt.us if unit.endswith("(µs)") else fmt.ms
     assert row[col(f, unit)] == text(p["p99"]) and p["p99"] == res.metrics["combined"]["percentiles_ns"]["p99"]
@@ -180,7 +181,7 @@ def test_completion_latency_stands_beside_the_total_in_the_table() -> None:
     clat = {d: [[max(1, ns - 2000), c] for ns, c in total.get(d) or []] for d in ("read", "write")}
     res.lat_hist = {**total, "clat": clat}
     f = by_id(figs([run], "latency"), "latency-0")
-    rows = [r for r in f.table.rows if r[1] == "4k-random rwmixread=100" and r[2] == "read + write"]
+    rows = [r for r in f.table.rows if r[1] == "4K random read 100% 16T16Q (4k-random)" and r[2] == "read + write"]
     assert [r[3] for r in rows] == ["total", "completion"]
     unit = f.table.headers[col(f, lambda h: h.startswith("p99 ("))]
     text = fmt.us if unit.endswith("(µs)") else fmt.ms
@@ -192,9 +193,9 @@ def test_completion_latency_stands_beside_the_total_in_the_table() -> None:
 def test_many_cells_are_cut_to_the_extremes_or_to_the_named_ones(stock: RunDetail) -> None:
     f = by_id(figs([stock], "latency"), "latency-1")           # the 16-cell ladder
     assert f.n == "n = 1 run, 8 cells" and "8 other cell(s) of 8k-7030 left out" in f.caption
-    named = figs([stock], "latency", latency_cells="8k-7030.t4.q4, 8k-7030 iodepth=16 numjobs=2")
+    named = figs([stock], "latency", latency_cells="8k-7030.t4.q4, 8K random 70/30 2T16Q (8k-7030)")
     assert [f.id for f in named] == ["latency-1"]
-    assert {r[1] for r in named[0].table.rows} == {"8k-7030 iodepth=4 numjobs=4", "8k-7030 iodepth=16 numjobs=2"}
+    assert {r[1] for r in named[0].table.rows} == {"8K random 70/30 4T4Q (8k-7030)", "8K random 70/30 2T16Q (8k-7030)"}
 
 
 def test_latency_falls_back_to_fio_percentiles_and_draws_nothing_without_them() -> None:
@@ -217,7 +218,8 @@ def test_device_group_gets_a_per_device_latency_figure() -> None:
     assert dev.n == "n = 1 run, 2 devices" and "/dev/nvme1n1" in dev.svg
     hist = grp.results[grp.steps[0].id].lat_hist or {}
     worst = max(grp.steps, key=lambda s: grp.results[s.id].lat_p99_ns or 0)     # the cell with the worst p99
-    assert {r[1] for r in dev.table.rows} == {f"4k-random rwmixread={worst.cell['rwmixread']} {p}"
+    mix = "read" if worst.cell["rwmixread"] == 100 else "write"
+    assert {r[1] for r in dev.table.rows} == {f"4K random {mix} 100% 16T16Q (4k-random) {p}"
                                               for p in hist["per_device"]}
 
 

@@ -8,6 +8,7 @@ import math
 import re
 from dataclasses import replace
 
+from orchestrator.cells import cell_key, cell_label
 from orchestrator.htmlreport import build_html, fmt
 from orchestrator.htmlreport.charts.groups import GroupsChart
 from orchestrator.htmlreport.charts.heatmap import HeatmapChart
@@ -64,7 +65,7 @@ def test_a_pattern_run_gets_one_heat_map_with_every_cell_its_best_and_worst() ->
     assert f.points == 125 and len(f.table.rows) == 125        # the 3 large-block cells are no grid
     step = next(st for st in d.steps if st.name == "pattern.r75.16k.rand25")
     res = d.results[step.id]
-    row = _row(f, pattern="pattern.r75.16k.rand25")
+    row = _row(f, pattern=cell_label(step.cell, step.workload))
     assert _col(f, row, "block size") == "16K" and _col(f, row, "read %") == "75" and _col(f, row, "random %") == "25"
     assert _col(f, row, "MB/s") == fmt.mbs(res.bw_bytes) == f"{pattern_mbs(16384, 75, 25):,.1f}"
     assert _col(f, row, "Gbps") == fmt.gbps(res.bw_bytes * 8 / 1e9)
@@ -109,7 +110,7 @@ def test_a_run_with_two_op_modes_gets_a_heat_map_per_mode() -> None:
     figs = materialize(HeatmapChart().figures(ctx))
     assert len(figs) == 2 and [f.points for f in figs] == [25, 25]
     assert ctx.runs[0].label("stock") in figs[0].svg and ctx.runs[0].label("hp:20") in figs[1].svg
-    row = _row(figs[1], pattern=f"{grid[0].name}.hp")
+    row = _row(figs[1], pattern=cell_label(hp[0].cell, hp[0].workload))
     assert _col(figs[1], row, "MB/s") == fmt.mbs(results[grid[0].id].bw_bytes * 2)
 
 
@@ -142,7 +143,8 @@ def test_a_network_pattern_run_shows_initiator_gbps_with_the_target_side_in_the_
     assert len(figs) == 2 and all(f.points == 125 for f in figs)     # MTU 1500 and 9000, multipath
     g = next(g for g in d.net_groups if g.name == "pattern.mtu9000.multi.r50.8k.rand0")
     f = next(f for f in figs if "MTU 9000" in f.title)
-    row = _row(f, pattern=g.name)
+    row = _row(f, pattern=cell_label(g.cell, next(st.workload for st in d.steps if st.seq == g.seq
+                                                   and st.cell.get("role") == "initiator")))
     assert _col(f, row, "Gbps") == fmt.gbps(g.total["initiator_gbps"])
     assert _col(f, row, "target Gbps") == fmt.gbps(g.total["target_gbps"])
     assert _col(f, row, "MB/s") == fmt.mbs(g.total["initiator_gbps"] * 1e9 / 8)
@@ -223,22 +225,25 @@ def test_a_network_run_gets_gbps_over_time_per_path_and_totals_on_both_ends() ->
     assert time.n == "n = 1 run, 4 cells, 11 s"
     row = time.table.rows[5]
     assert row[0] == "5"
-    assert _col(time, row, "MTU 9000 · multi path run 1 initiator total Gbps") == fmt.gbps(want)
-    assert _col(time, row, "MTU 9000 · multi path run 1 target total (NIC counters) Gbps") == fmt.gbps(want * 1.01)
-    assert _col(time, row, "MTU 9000 · multi path run 1 initiator path b Gbps") == \
+    name = ctx.name(cell_key(g.cell))            # the cell's one name (orchestrator.cells.cell_label)
+    assert "MTU 9000 multipath (block-64k)" in name
+    assert _col(time, row, f"{name} run 1 initiator total Gbps") == fmt.gbps(want)
+    assert _col(time, row, f"{name} run 1 target total (NIC counters) Gbps") == fmt.gbps(want * 1.01)
+    assert _col(time, row, f"{name} run 1 initiator path b Gbps") == \
         fmt.gbps(path_gbps(9000, "multi", "b", g.seq))
-    assert "MTU 1500 · single path run 1 initiator path a Gbps" not in time.table.headers   # one path: no split
+    single = next(g for g in d.net_groups if g.name == "block-64k.mtu1500.single")
+    assert f"{ctx.name(cell_key(single.cell))} run 1 initiator path a Gbps" not in time.table.headers  # no split
     for text in ("throughput (Gbps)", "time since the cell's first host started (s)", "MTU 9000 · multi path",
                  ctx.runs[0].label(), "initiator total", "initiator path b", "target total (NIC counters)",
                  "window where every host measured"):
         assert text in time.svg, text
     assert "Link speed unknown" in time.caption and "link speed" not in time.svg
     paths = next(f for f in figs if f.title.startswith("Per-path Gbps: block-64k"))
-    row = _row(paths, cell=g.name, path="ini.b")
+    row = _row(paths, cell=name, path="ini.b")
     assert _col(paths, row, "Gbps") == fmt.gbps(path_gbps(9000, "multi", "b", g.seq))
     assert "MTU 1500\nsingle path" not in paths.svg and "throughput per path (Gbps)" in paths.svg
     total = figs[-1]
-    row = _row(total, cell=g.name)
+    row = _row(total, cell=name)
     assert _col(total, row, "initiator Gbps") == fmt.gbps(g.total["initiator_gbps"])
     assert _col(total, row, "target Gbps") == fmt.gbps(g.total["target_gbps"])
     assert total.points == 2 * len(d.net_groups) and "target side (NIC counters)" in total.svg
@@ -276,13 +281,15 @@ def test_a_path_failure_is_marked_with_its_failover_window() -> None:
 def test_two_network_runs_overlay_per_cell_and_without_series_no_time_chart() -> None:
     fio = _first_profile(network_run())
     iscsi = _first_profile(network_run("r20261124-mmmmmm", tool="iscsi", series=False, factor=0.9))
-    figs = materialize(NetworkChart().figures(ReportContext.of([fio, iscsi])))
+    ctx = ReportContext.of([fio, iscsi])
+    figs = materialize(NetworkChart().figures(ctx))
     assert [f.id for f in figs] == ["network-time-0", "network-paths-0", "network-total-0"]
     time, paths, total = figs
     assert time.n.startswith("n = 1 run,")                   # only the fio run stored series
     assert paths.n == "n = 2 runs, 4 cells" and {r[0] for r in paths.table.rows} == {"run 1", "run 2"}
     g = iscsi.net_groups[3]
-    assert _col(total, _row(total, run="run 2", cell=g.name), "initiator Gbps") == fmt.gbps(g.total["initiator_gbps"])
+    assert _col(total, _row(total, run="run 2", cell=ctx.name(cell_key(g.cell))), "initiator Gbps") == \
+        fmt.gbps(g.total["initiator_gbps"])
     assert total.n == "n = 2 runs, 4 cells"
     alone = materialize(NetworkChart().figures(ReportContext.of([iscsi])))
     assert [f.id for f in alone] == ["network-paths-0", "network-total-0"]

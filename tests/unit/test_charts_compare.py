@@ -15,6 +15,9 @@ from tests.unit.test_compare import add_run, c4k, db, figures, net_run
 from tests.unit.test_compare_significance import NOISY_A, NOISY_B, TEN_A, TEN_B, repeats
 
 __all__ = ["db"]    # the fixture
+# the cells' names (orchestrator.cells.cell_label: test_compare's runs are 4K randrw at 1T16Q)
+R100, R0, R50 = ("4K random read 100% 1T16Q (4k-random)", "4K random write 100% 1T16Q (4k-random)",
+                 "4K random 50/50 1T16Q (4k-random)")
 
 
 def _compare_figures(figs: list[Figure]) -> dict[str, Figure]:
@@ -33,15 +36,15 @@ def test_two_runs_get_means_intervals_and_verdicts_per_headline_figure(db: sessi
     assert iops.points == 6 and iops.n == "n = 2 runs, 3 cells, up to 5 repeats a cell"
     h = iops.table.headers
     by = {(r[0], r[1][0]): dict(zip(h, r, strict=True)) for r in iops.table.rows}
-    gain = by[("4k-random rwmixread=100", "B")]
+    gain = by[(R100, "B")]
     assert gain["mean IOPS"] == "110,000" and gain["vs A"] == "+10.0%" and gain["verdict"] == "significantly better"
     assert gain["test"] == "Welch's t-test" and float(gain["p"]) < 0.001 and gain["effect size"].startswith("Hedges")
     lo, hi = (float(x) for x in re.findall(r"[-+][\d.]+", gain["95% CI of the difference"]))
     assert lo < 10 < hi
-    assert by[("4k-random rwmixread=100", "A")]["verdict"] == "baseline"
-    assert by[("4k-random rwmixread=100", "A")]["95% CI of the mean"] == "99,023 to 100,986"
-    assert by[("4k-random rwmixread=0", "B")]["verdict"] == "no significant difference"
-    single = by[("4k-random rwmixread=50", "B")]
+    assert by[(R100, "A")]["verdict"] == "baseline"
+    assert by[(R100, "A")]["95% CI of the mean"] == "99,023 to 100,986"
+    assert by[(R0, "B")]["verdict"] == "no significant difference"
+    single = by[(R50, "B")]
     assert single["verdict"] == "single run: cannot judge" and single["p"] == "-" and single["vs A"] == "+10.0%"
     assert figs["compare-lat_mean_us"].table.rows[1][6] == "significantly better"     # lower latency
     for f in figs.values():
@@ -82,4 +85,4 @@ def test_a_figure_draws_the_first_cells_and_says_so(db: sessionmaker[Session]) -
     fig = _compare_figures(build_html(ds, workers=1).figures)["compare-iops"]
     assert fig.points == 3 * 40 and fig.n == "n = 3 runs, 40 cells, up to 1 repeat a cell"
     assert "The first 40 cells are drawn; labctl compare --format csv has every one." in fig.caption
-    assert {r[0] for r in fig.table.rows} == {f"sweep iodepth={q}" for q in range(1, 41)}
+    assert {r[0] for r in fig.table.rows} == {f"4K random 70/30 1T{q}Q (sweep)" for q in range(1, 41)}

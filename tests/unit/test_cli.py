@@ -130,7 +130,7 @@ def test_compare_formats_and_refusals(store: list[str]) -> None:
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "A: stock-run" in out and "B: hp-run" in out and "C: busy-run" in out and "(partial: 1 of 2" in out
-    assert "4k-random rwmixread=100" in out and "+50.0%" in out and "-10.0%" in out and "None" not in out
+    assert "4K random read 100% 1T16Q (4k-random)" in out and "+50.0%" in out and "-10.0%" in out and "None" not in out
     assert "warning: run busy-run is RUNNING: partial" in res.stderr
     res = runner.invoke(app, [*store, "compare", "stock-run", "hp-run", "--format", "json"])
     doc = json.loads(res.stdout)
@@ -146,6 +146,25 @@ def test_compare_formats_and_refusals(store: list[str]) -> None:
         res = runner.invoke(app, [*store, "compare", *args])
         assert res.exit_code == 2 and res.stderr.splitlines()[0].startswith(message), (args, res.output)
         assert len(res.stderr.splitlines()) == 1
+
+
+def test_compare_takes_a_baseline_among_the_runs(store: list[str]) -> None:
+    """``--baseline RUN`` (an id, a prefix or ``last``) puts that run first: A, what the others are judged against;
+    one that is not compared is refused with the reason, as a usage error."""
+    res = runner.invoke(app, [*store, "compare", "stock-run", "hp-run", "--baseline", "hp"])
+    assert res.exit_code == 0, res.output
+    assert "A: hp-run" in res.stdout and "B: stock-run" in res.stdout and "-33.3%" in res.stdout
+    doc = json.loads(runner.invoke(app, [*store, "compare", "stock-run", "hp-run", "--baseline", "hp-run",
+                                         "--format", "json"]).stdout)
+    assert [r["id"] for r in doc["runs"]] == ["hp-run", "stock-run"]
+    assert [c["runs"][1]["vs_first_pct"]["iops"] for c in doc["cells"]] == pytest.approx([-100 / 3, -100 / 3])
+    same = runner.invoke(app, [*store, "compare", "stock-run", "hp-run", "--baseline", "stock-run"])
+    assert same.stdout == runner.invoke(app, [*store, "compare", "stock-run", "hp-run"]).stdout
+    res = runner.invoke(app, [*store, "compare", "stock-run", "hp-run", "--baseline", "busy-run"])
+    assert res.exit_code == 2 and res.stderr == ("error: baseline 'busy-run' is not one of the compared runs "
+                                                 "(stock-run, hp-run)\n"), res.output
+    res = runner.invoke(app, [*store, "compare", "stock-run", "hp-run", "--baseline", "nope"])
+    assert res.exit_code == 2 and res.stderr == "error: no run 'nope' in the store\n"
 
 
 def test_compare_and_report_write_html(store: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -139,7 +139,8 @@ def test_stock_meets_hp_cell_by_cell_with_the_difference_in_percent(db: sessionm
         add_run(s, "r-stock", [(c4k(100), figures(1000.0)), (c4k(0), figures(500.0, lat_us=200))])
         add_run(s, "r-hp", [(c4k(100, "hp:20"), figures(1250.0)), (c4k(0, "hp:20"), figures(400.0, lat_us=150))])
         c = compare_runs(s, ["r-stock", "r-hp"])
-    assert not c.with_op_mode and [r.label for r in c.rows] == ["4k-random rwmixread=100", "4k-random rwmixread=0"]
+    assert not c.with_op_mode and [r.label for r in c.rows] == ["4K random read 100% 1T16Q (4k-random)",
+                                                                   "4K random write 100% 1T16Q (4k-random)"]
     assert c.rows[0].diff(1, "iops") == pytest.approx(25.0)
     assert c.rows[1].diff(1, "lat_mean_us") == pytest.approx(-25.0)
     assert c.rows[1].entries[1].op_mode == "hp:20" and c.rows[1].entries[1].values["mb_s"] == pytest.approx(1.6384)
@@ -196,7 +197,7 @@ def test_three_runs_each_against_the_first_and_unmatched_cells_last(db: sessionm
         c = compare_runs(s, ["r1", "r2", "r3"])
     assert len(c.rows) == 2 and [len(r.entries) for r in c.rows] == [3, 3]
     assert c.rows[0].diff(1, "iops") == pytest.approx(-10.0) and c.rows[0].diff(2, "iops") == pytest.approx(10.0)
-    label = f"{long_profile} iodepth=16 numjobs=16"
+    label = f"4K random 70/30 16T16Q ({long_profile})"
     assert c.rows[1].label == label
     assert [e.step for e in c.rows[1].entries][:2] == [None, None] and c.rows[1].diff(2, "iops") is None
     text = printed(c, width=80)          # a narrow terminal: the name folds, never cut
@@ -207,7 +208,7 @@ def test_three_runs_each_against_the_first_and_unmatched_cells_last(db: sessionm
     assert doc["cells"][0]["runs"][2]["vs_first_pct"]["iops"] == pytest.approx(10.0)
     none = {"iops": None, "mb_s": None, "lat_mean_us": None, "lat_max_us": None, "lat_stddev_us": None,
             "lat_p99_us": None, "lat_p99_99_us": None, "clat_p99_us": None, "cpu_usr_pct": None, "cpu_sys_pct": None,
-            "cpu_us_per_io": None, "host_cpu_pct": None}
+            "cpu_us_per_io": None, "host_cpu_pct": None, "watts": None, "iops_per_w": None, "mb_s_per_w": None}
     assert doc["cells"][1]["runs"][0] == {"run": "r1", "step": None, "op_mode": None, **none,
                                           "vs_first_pct": none, "repeats": 0, "steps": [], "stats": none,
                                           "verdicts": none}
@@ -224,13 +225,14 @@ def test_op_mode_is_matched_when_a_run_holds_several(db: sessionmaker[Session]) 
         add_run(s, "both-b", [(c4k(100, "hp:20"), figures(3000.0)), (c4k(100), figures(1500.0))])
         c = compare_runs(s, ["both-a", "both-b"])
     assert c.with_op_mode
-    assert [r.label for r in c.rows] == ["4k-random stock rwmixread=100", "4k-random hp:20 rwmixread=100"]
+    assert [r.label for r in c.rows] == ["4K random read 100% 1T16Q (4k-random stock)",
+                                         "4K random read 100% 1T16Q (4k-random hp:20)"]
     assert c.rows[0].diff(1, "iops") == pytest.approx(50.0) and c.rows[1].diff(1, "iops") == pytest.approx(50.0)
     assert "cells matched by profile and swept values and OP mode" in printed(c)
 
 
 STORAGE = ("iops", "mb_s", "lat_mean_us", "lat_max_us", "lat_stddev_us", "lat_p99_us", "lat_p99_99_us", "clat_p99_us",
-           "cpu_usr_pct", "cpu_sys_pct", "cpu_us_per_io", "host_cpu_pct")
+           "cpu_usr_pct", "cpu_sys_pct", "cpu_us_per_io", "host_cpu_pct", "watts", "iops_per_w", "mb_s_per_w")
 
 
 def test_csv_is_long_format_with_documented_columns_and_empty_missing_values(db: sessionmaker[Session]) -> None:
@@ -286,8 +288,9 @@ def test_network_runs_compare_total_and_per_path_gbps_by_mtu_and_path_mode(db: s
                 lab_paths=("p1", "p2"))             # other path names: the same path modes still meet
         c = compare_runs(s, ["fio", "iscsi"])
     assert c.network
-    assert [r.label for r in c.rows] == ["seq-128k-read mtu=9000 paths=single", "seq-128k-read mtu=9000 paths=multi",
-                                         "seq-128k-read mtu=1500 paths=multi"]
+    assert [r.label for r in c.rows] == ["4K random 70/30 1T16Q MTU 9000 single path (seq-128k-read)",
+                                         "4K random 70/30 1T16Q MTU 9000 multipath (seq-128k-read)",
+                                         "4K random 70/30 1T16Q MTU 1500 multipath (seq-128k-read)"]
     multi = c.rows[1]
     assert multi.entries[1].values["gbps"] == 0.30 and multi.diff(1, "gbps") == pytest.approx(-100 / 6)
     assert multi.entries[0].values["gbps.ini0.b"] == pytest.approx(0.18)

@@ -52,3 +52,23 @@ def test_the_compare_endpoint_returns_means_and_verdicts(client: tuple[TestClien
     assert r.status_code == 200, r.text
     rows = list(csv.DictReader(io.StringIO(r.text)))
     assert [row["iops_verdict"] for row in rows] == ["", "significant", "", "cannot be judged"]
+
+
+def test_the_compare_endpoint_takes_a_baseline_among_the_runs(client: tuple[TestClient, dict[str, str]]) -> None:
+    """``baseline=RUN`` puts that run first (``labctl compare --baseline``, which ``--api`` sends it); one that is not
+    compared is refused with the reason (422)."""
+    c, auth = client
+    r = c.get("/api/compare", params=[("run", "ra"), ("run", "rb"), ("baseline", "rb"), ("format", "json")],
+              headers=auth)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert [run["id"] for run in doc["runs"]] == ["rb", "ra"]
+    gain = doc["cells"][0]["runs"][1]
+    assert gain["run"] == "ra" and gain["vs_first_pct"]["iops"] == pytest.approx(-100 / 11)
+    r = c.get("/api/compare", params=[("run", "ra"), ("run", "rb"), ("baseline", "rb"), ("format", "table")],
+              headers=auth)
+    assert r.status_code == 200 and r.text.startswith("A: rb ") and "\nB: ra " in r.text, r.text[:300]
+    r = c.get("/api/compare", params=[("run", "ra"), ("run", "rb"), ("baseline", "rc")], headers=auth)
+    assert r.status_code == 422 and r.json()["detail"] == "baseline 'rc' is not one of the compared runs (ra, rb)"
+    r = c.get("/api/compare", params=[("run", "ra"), ("run", "rb"), ("baseline", "x" * 65)], headers=auth)
+    assert r.status_code == 422

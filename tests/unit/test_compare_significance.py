@@ -68,7 +68,7 @@ def test_a_real_ten_percent_gain_in_small_noise_is_significant_and_better(db: se
     assert iops["diff_pct"] == pytest.approx(10.0) and iops["diff_ci_low_pct"] < 10 < iops["diff_ci_high_pct"]
     assert b["verdicts"]["lat_max_us"]["test"] == "mann-whitney"            # a tail figure: ranks
     assert doc["cells"][0]["runs"][0]["verdicts"]["iops"] is None           # the baseline
-    assert [m["headline"] for m in doc["metrics"]] == [True, True, True] + [False] * 9
+    assert [m["headline"] for m in doc["metrics"]] == [True, True, True] + [False] * 12   # watts, IOPS/W, MB/s/W too
 
 
 def test_overlapping_noisy_repeats_give_no_significant_difference(db: sessionmaker[Session]) -> None:
@@ -115,7 +115,8 @@ def test_a_missing_cell_has_no_verdict(db: sessionmaker[Session]) -> None:
         add_run(s, "rb", repeats(c4k(100), TEN_B))
         c = compare_runs(s, ["ra", "rb"])
     missing = c.rows[1]
-    assert missing.label == "4k-random rwmixread=0" and missing.samples[1] is None and missing.repeats(1) == 0
+    assert missing.label == "4K random write 100% 1T16Q (4k-random)"
+    assert missing.samples[1] is None and missing.repeats(1) == 0
     assert missing.verdict(1, "iops") is None and verdict_text(c, missing, 1) == "-"
     assert missing.entries[1].values["iops"] is None
     doc = json.loads(as_json(c))
@@ -160,8 +161,9 @@ def test_network_runs_compare_their_repeat_groups(db: sessionmaker[Session]) -> 
         _net_run(s, "na", {(9000, "multi"): [9.0, 9.1, 8.9, 9.05], (1500, "multi"): [5.0]})
         _net_run(s, "nb", {(9000, "multi"): [9.9, 10.0, 9.8, 9.95], (1500, "multi"): [5.5]})
         c = compare_runs(s, ["na", "nb"])
-    assert c.network and [r.label for r in c.rows] == ["seq-128k-read mtu=9000 paths=multi",
-                                                       "seq-128k-read mtu=1500 paths=multi"]
+    assert c.network and [r.label for r in c.rows] == [
+        "4K random 70/30 1T16Q MTU 9000 multipath (seq-128k-read)",
+        "4K random 70/30 1T16Q MTU 1500 multipath (seq-128k-read)"]
     multi, single = c.rows
     assert multi.repeats(0) == 4 and math.isclose(multi.entries[0].values["gbps"] or 0, 9.0125)
     v = multi.verdict(1, "gbps")

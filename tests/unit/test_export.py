@@ -76,7 +76,7 @@ def test_results_hold_the_store_values_and_no_none(details: list[RunDetail]) -> 
     assert float(r["lat_mean_us"]) == pytest.approx((res.lat_mean_ns or 0) / 1000)
     assert float(r["lat_max_us"]) == pytest.approx((res.lat_max_ns or 0) / 1000)
     assert r["lat_p99_us"] == "" and r["percentage_random"] == "" and r["device_firmware"] == ""
-    assert (r["cell"], r["op_mode"], r["dims"]) == ("4k-random rwmixread=70", "stock",
+    assert (r["cell"], r["op_mode"], r["dims"]) == ("4K random 70/30 1T16Q (4k-random)", "stock",
                                                     "op_mode=stock;profile=4k-random;rwmixread=70")
     assert (r["rw"], r["bs"], r["numjobs"], r["iodepth"], r["rwmixread"]) == ("randrw", "4096", "1", "16", "70")
     assert r["devices"] == "/dev/loop1;/dev/loop2" and r["device_model"] == "Model 0;Model 1"
@@ -98,7 +98,8 @@ def test_devices_paths_and_series_tables(details: list[RunDetail]) -> None:
     assert paths["tgt.a"]["tx_gbps"] == pytest.approx(0.36) and paths["tgt.a"]["iops"] is None
     assert paths["ini0.a"]["window_s"] == pytest.approx(4.5) and paths["ini0.a"]["complete"] is True
     assert (paths["ini0.a"]["cell"], paths["ini0.a"]["dims"]) == (
-        "seq-128k-read mtu=9000 paths=multi", "mtu=9000;op_mode=stock;paths=multi;profile=seq-128k-read")
+        "4K random 70/30 1T16Q MTU 9000 multipath (seq-128k-read)",
+        "mtu=9000;op_mode=stock;paths=multi;profile=seq-128k-read")
     series = doc["series"]
     assert [(x["t"], x["iops"], x["lat_mean_us"]) for x in series] == [(1.0, 900.0, 110.0), (2.0, 1100.0, None)]
     for table in TABLES:

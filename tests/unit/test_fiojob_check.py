@@ -54,7 +54,7 @@ def test_the_footprint_injection_is_refused_by_the_check() -> None:
     ("exec_postrun=touch /tmp/x", "option 'exec_postrun' is not allowed"),
     ("write_iolog=/etc/passwd", "option 'write_iolog' is not allowed"),
     ("ioengine=external", "ioengine='external' is not a valid value"),
-    ("verify=md5", "option 'verify' is not allowed"),
+    ("verify_backlog=8", "option 'verify_backlog' is not allowed"),
     ("include /etc/fio.job", "is not an option of a rendered job"),
     ("; a comment", "is not an option of a rendered job"),
     ("# a comment", "is not an option of a rendered job"),

@@ -92,7 +92,7 @@ def test_a_step_down_of_20_percent_is_one_regression_at_the_first_run_after_it(d
     r = regs[0]
     assert (r.run_id, r.metric, r.host, r.model, r.firmware, r.suite) == (ids[12], "iops", "h1", "FAST-SSD", "1.0",
                                                                           "nightly")
-    assert r.cell == "4k-randread stock" and dict(r.cell_key) == {"op_mode": "stock", "profile": "4k-randread"}
+    assert r.cell == "4k-randread (stock)" and dict(r.cell_key) == {"op_mode": "stock", "profile": "4k-randread"}
     assert r.before == pytest.approx(np.mean(values[:12])) and r.after == pytest.approx(np.mean(values[12:]))
     assert r.change_pct == pytest.approx(-20, abs=2.5) and r.confidence >= 0.95 and r.rule == "change"
     assert len(r.id) == 12 and not r.acknowledged

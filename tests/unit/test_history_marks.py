@@ -46,8 +46,8 @@ def test_the_last_run_regressed_in_one_cell(store: tuple[str, sessionmaker[Sessi
     with db() as s:
         h = run_history(s, f"n{NIGHTS - 1:02d}")
         assert h is not None
-        assert {(r.cell, r.metric) for r in h.regressions} == {("4k-random stock rwmixread=100", "iops"),
-                                                               ("4k-random stock rwmixread=100", "mb_s")}
+        assert {(r.cell, r.metric) for r in h.regressions} == {("4K random read 100% 1T16Q (4k-random stock)", "iops"),
+                                                               ("4K random read 100% 1T16Q (4k-random stock)", "mb_s")}
         assert h.summary() == f"2 regressions in 1 cell against a history of up to {NIGHTS} runs"
         d = run_detail(s, f"n{NIGHTS - 1:02d}")
         marks = h.step_marks((st.id, st.kind, st.cell) for st in d.steps)
@@ -71,8 +71,8 @@ def test_the_html_report_has_an_against_history_section(store: tuple[str, sessio
         plain = build_html(details, workers=1)
     figs = [f for f in report.figures if f.chart == "history"]
     assert [f.table.rows[0][:5] for f in figs] == [
-        ["4k-random stock rwmixread=100", "IOPS", "100,000", "70,000", "-30.0%"],
-        ["4k-random stock rwmixread=100", "MB/s", "410", "287", "-30.0%"]]
+        ["4K random read 100% 1T16Q (4k-random stock)", "IOPS", "100,000", "70,000", "-30.0%"],
+        ["4K random read 100% 1T16Q (4k-random stock)", "MB/s", "410", "287", "-30.0%"]]
     assert all(f.svg.startswith("<svg") and f.points == NIGHTS for f in figs)
     assert 'id="section-history"' in report.html and "<th>against history</th>" in report.html
     assert "2 regressions in 1 cell against a history of up to 11 runs" in report.html

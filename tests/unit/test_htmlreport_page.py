@@ -20,9 +20,9 @@ def test_cells_match_across_modes_only_when_a_run_holds_several() -> None:
     assert not needs_op_mode([[stock], [hp]])
     assert needs_op_mode([[stock, hp], [stock]])
     assert op_modes([stock, hp, {"profile": "x"}]) == ["stock", "hp:20"]
-    assert key_label(cell_key(stock, with_op_mode=True)) == "4k stock rwmixread=100"
+    assert key_label(cell_key(stock, with_op_mode=True)) == "read 100% (4k stock)"
     net = {"profile": "128k-read", "mtu": 9000, "paths": "multi", "role": "target", "tool": "fio"}
-    assert key_label(cell_key(net)) == "128k-read mtu=9000 paths=multi"
+    assert key_label(cell_key(net)) == "MTU 9000 multipath (128k-read)"
 
 
 def _svg(prefix: str, label: str) -> str:

@@ -121,13 +121,15 @@ def test_a_planted_wrong_way_import_is_a_circle() -> None:
 def test_labctl_starts_without_the_store_the_broker_or_the_message_models() -> None:
     """``labctl --version`` and ``--help`` load the command modules only: the store (SQLAlchemy), the broker's client
     (redis), the message models (pydantic) and the read model (numpy) are imported by the command that uses them
-    (issue 25: ``labctl --version`` took 1.3 s of CPU importing the controller). Checked on what is imported, in a
-    fresh interpreter, never on a time."""
+    (issue 25: ``labctl --version`` took 1.3 s of CPU importing the controller; issue 27: rich and http.client took
+    a third of what was left, bench/startup.py). Checked on what is imported, in a fresh interpreter, never on a
+    time."""
     import subprocess
     import sys
 
     heavy = ("sqlalchemy", "redis", "pydantic", "numpy", "celery", "labcontract.protocol", "labcontract.suite",
-             "orchestrator.canary", "orchestrator.controller", "orchestrator.store.models")
+             "orchestrator.canary", "orchestrator.controller", "orchestrator.store.models",
+             "rich", "http.client", "ssl")       # the console, tables and help panels; the API's connection
     code = ("import sys; from orchestrator.cmd.labctl import app; "
             f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

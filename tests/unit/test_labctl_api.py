@@ -140,7 +140,7 @@ def test_a_refused_submission_carries_every_problem(stub: Stub) -> None:
     (401, AccessError, "refused the token: invalid or expired token"),
     (403, Forbidden, "not allowed: alice has role viewer; this needs engineer"),
     (404, NotFound, "no run 'nope'"),
-    (409, CommandRefused, "the controller refused: run nope has ended"),
+    (409, CommandRefused, "run nope has ended"),
     (413, InputError, "body too large"),
     (503, ServiceError, "service unavailable: controller unreachable: lease expired 40s ago"),
     (500, LabError, "HTTP 500: boom"),

@@ -153,6 +153,34 @@ def test_stale_holder_commit_raises_and_writes_nothing(engine: Engine) -> None:
         sched.last_error = "fine"
 
 
+def test_a_stale_controllers_heartbeats_are_fenced_too(engine: Engine, tmp_path: Path) -> None:
+    """A heartbeat writes only the liveness column, at commit and without an ORM object
+    (orchestrator.controller.liveness): a transaction of nothing but heartbeats still proves the lease first."""
+    from labcontract.facts import DeclaredDut, HostFacts
+    from labcontract.protocol import Register
+    from orchestrator.artifacts import ArtifactStore
+
+    mono = Mono()
+    a, b = pair(engine, mono)
+    assert a.try_acquire() is None
+    clock = Clock()
+    ctl = Controller(fenced(engine, a), None, RecordingDispatcher(), ArtifactStore(tmp_path / "art"),  # type: ignore[arg-type]
+                     clock=clock)
+    ctl.handle_event(Register(host="h1", agent_version="0.1.0", facts=HostFacts(hostname="h1"),
+                              duts=(DeclaredDut(name="dut0", path="/dev/loop9", kind="block", size_bytes=1 << 30),)))
+    clock.t += 3
+    ctl.handle_event(Heartbeat(host="h1"))         # the holder's heartbeat is written
+    assert b.try_acquire() is not None
+    mono.t += 11                                   # a paused past the TTL: b takes the lease
+    assert b.try_acquire() is None
+    clock.t += 3
+    with pytest.raises(LeaseLost):
+        ctl.handle_event(Heartbeat(host="h1"))
+    with sessions(engine)() as s:
+        host = s.get(Host, "h1")
+        assert host is not None and host.last_seen == clock.t - 3
+
+
 def test_read_only_transactions_do_not_touch_the_lease(engine: Engine) -> None:
     a, _b = pair(engine, Mono())
     assert a.try_acquire() is None

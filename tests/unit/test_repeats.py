@@ -122,8 +122,8 @@ def test_each_cell_summarizes_the_repeats_it_has() -> None:
     assert s is not None and s.mean == 1000.0 and s.cov_pct == pytest.approx(10.0)
     heads, rows = summary_rows(d)
     assert heads == ["cell", "n", "IOPS", "±95%", "CoV", "avg lat µs", "±95%", "CoV"]
-    assert rows[0][:5] == ["4k stock iodepth=1", "3/3", "1,000", "-22.0% +28.2%", "10.0%"]
-    assert rows[1][:2] == ["4k stock iodepth=4", "2/3"]
+    assert rows[0][:5] == ["1T1Q (4k stock)", "3/3", "1,000", "-22.0% +28.2%", "10.0%"]
+    assert rows[1][:2] == ["1T4Q (4k stock)", "2/3"]
 
 
 def test_run_show_prints_the_repeats_table_and_none_for_a_run_once() -> None:

@@ -91,7 +91,7 @@ def test_compare_matches_points_across_stock_and_hp() -> None:
     c = compare.compare_details([app_run("stock1", "stock"), app_run("hp2", "hp:20", speed=1.5, missing=4)])
     assert [m.name for m in c.metrics][:3] == ["tps", "qps", "lat_avg_ms"]
     labels = [r.label for r in c.rows]
-    assert labels == [f"oltp_read_write app=sysbench threads={t}" for t in POINTS]
+    assert labels == [f"oltp_read_write (sysbench) {t} threads" for t in POINTS]
     t8 = c.rows[2]
     assert t8.entries[1].step == "oltp_read_write.t8" and t8.diff(1, "tps") == pytest.approx(50.0)
     assert c.rows[1].entries[1].values["tps"] is None
@@ -126,7 +126,7 @@ def test_export_results_and_app_series(tmp_path: Path) -> None:
                                                                                    "20.0")
     assert (t8["result_kind"], t8["tool"], t8["tool_version"], t8["iops"], t8["fio_version"]) == \
         ("sysbench", "sysbench", "1.0.20", "", "")
-    assert t8["cell"] == "oltp_read_write app=sysbench threads=8"
+    assert t8["cell"] == "oltp_read_write (sysbench) 8 threads"
     out = io.StringIO()
     export([app_run("r1")], "json", "app_series", None, out)
     series = json.loads(out.getvalue())["app_series"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from datetime import UTC, datetime
+from hashlib import sha256
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from orchestrator.artifacts import ArtifactStore
 from orchestrator.config import ControllerTuning
 from orchestrator.controller import Controller
 from orchestrator.controller.notify import Notifier
+from orchestrator.notifysinks import listing
 from orchestrator.runs.scheduling import decide
 from orchestrator.store.db import make_engine, migrate, sessions
 from orchestrator.store.models import Host, Run, Schedule
@@ -168,9 +170,19 @@ def test_end_notifications_reach_the_file_and_a_webhook(env: Any, fio_outputs: d
         ctl.notify()                                          # webhook down: not marked, retried
         with db() as s:
             assert s.get(Run, "n1").notified_at is None  # type: ignore[union-attr]
+            states = {r["kind"]: r for r in listing(s)}       # what the web service and labctl show
+        hook = states["webhook"]
+        assert hook["state"] == "failing" and hook["last_error"] == "Service Unavailable" and hook["delivered"] == 0
+        assert hook["target"] == "http://127.0.0.1/…" and hook["key"].startswith("webhook:") and hook["active"]
+        assert states["file"]["state"] == "ok" and states["file"]["delivered"] == 1
+        assert states["file"]["target"] == str(tmp / "notifications.jsonl")
         fail[0] = False
         ctl.notify()
         ctl.notify()                                          # delivered once
+        with db() as s:
+            hook = next(r for r in listing(s) if r["kind"] == "webhook")
+        assert hook["state"] == "ok" and hook["delivered"] == 1 and hook["pending"] == 0
+        assert hook["last_error"] == "Service Unavailable"    # the last failure stays, older than the success
     finally:
         server.shutdown()
     assert len(got) == 1
@@ -232,6 +244,10 @@ def test_a_hanging_webhook_never_holds_the_loop_and_every_other_sink_takes_the_r
             threading.Event().wait(0.05)
         notified_at, sinks = run_notified()
         assert notified_at is None and sinks is not None and len(sinks) == 2 and f"file:{tmp / 'n.jsonl'}" in sinks
+        with db() as s:
+            rows = listing(s)
+        assert [(r["state"], r["pending"], r["delivered"]) for r in rows if r["kind"] == "webhook"] in (
+            [("waiting", 1, 0), ("ok", 0, 1)], [("ok", 0, 1), ("waiting", 1, 0)])    # the hanging one: 1 pending
         assert len(got["/ok"]) == 1 and got["/hang"] == []
         release.set()
         for _ in range(600):
@@ -325,3 +341,25 @@ def test_a_chat_sink_gets_a_line_a_person_reads_and_a_bad_url_is_refused(env: An
     assert "secret" not in sink.label and sink.label.startswith("chat https://hooks.slack.com/")
     with pytest.raises(ValueError, match="--notify-chat: not an http"):
         ChatSink("file:///etc/passwd", 3.0)
+
+
+def test_a_controller_started_without_a_sink_shows_the_old_ones_inactive(env: Any) -> None:
+    """The store lists the sinks of the running controller: one started with other sinks (or none) leaves the
+    earlier ones listed, inactive, with their history (notify_sinks, schema 0017)."""
+    ctl, disp, clock, db, tmp, _engine = env
+    ctl.notify()
+    with db() as s:
+        assert [(r["kind"], r["state"], r["origin"]) for r in listing(s)] == [("file", "waiting", "option")]
+    hook = "https://ci.lab/hooks/T0/s3cret"
+    again = Controller(db, None, disp, ArtifactStore(tmp / "art"), ControllerTuning(), clock=clock,  # type: ignore[arg-type]
+                       notifier=Notifier([hook], origins={"webhook:" + sha256(hook.encode()).hexdigest()[:12]:
+                                                          "lab file"}))
+    again.notify()
+    with db() as s:
+        rows = listing(s)
+    assert [(r["kind"], r["state"], r["origin"], r["target"]) for r in rows] == [
+        ("webhook", "waiting", "lab file", "https://ci.lab/…"),
+        ("file", "inactive", "option", str(tmp / "notifications.jsonl"))]
+    Controller(db, None, disp, ArtifactStore(tmp / "art"), ControllerTuning(), clock=clock).notify()  # type: ignore[arg-type]
+    with db() as s:
+        assert {r["state"] for r in listing(s)} == {"inactive"} and "s3cret" not in repr(listing(s))

@@ -134,3 +134,37 @@ def test_the_vm_lab_is_watched_until_stopped_or_a_vm_goes_down(tmp_path: Path) -
     stop.set()
     lab.vms.clear()
     assert serve_vms_until_stopped(VmUp(lab, tmp_path / "hosts.yml"), stop, said.append) == 0
+
+
+def test_ssh_tries_again_only_a_connection_that_never_sent_its_command(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A starved TCG guest can answer SSH's banner late: such a connection is tried again (the command never ran);
+    a failure after the command was sent is not (running it again would run it twice)."""
+    import subprocess
+
+    from labcontract.errors import ServiceError
+
+    vm = a_lab(tmp_path, [agent_spec(1, "nvme1")]).vms["nvme1"]
+    answers: list[tuple[int, str]] = []
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **_kw: object) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        rc, err = answers.pop(0)
+        return subprocess.CompletedProcess(argv, rc, "out" if rc == 0 else "", err)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    answers[:] = [(255, "Connection timed out during banner exchange\n"),
+                  (255, "kex_exchange_identification: read: Connection reset by peer\n"), (0, "")]
+    assert vm.ssh("true").stdout == "out" and len(calls) == 3
+    assert option_values(calls[0], "-o").count("ConnectTimeout=30") == 1
+    calls.clear()
+    answers[:] = [(255, "Connection to 10.80.0.11 closed by remote host.\n")]     # the command had been sent
+    with pytest.raises(ServiceError, match="exited 255"):
+        vm.ssh("systemctl reboot")
+    assert len(calls) == 1
+    calls.clear()
+    answers[:] = [(255, "ssh: connect to host 10.80.0.11 port 22: Connection timed out\n")] * 3
+    with pytest.raises(ServiceError, match="port 22: Connection timed out"):
+        vm.ssh("true")
+    assert len(calls) == 3

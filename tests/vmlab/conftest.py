@@ -163,12 +163,18 @@ def _q(arg: str) -> str:
 def play_result(lab: VmLab, inventory: Path, playbook: str, *extra: str,
                 timeout: float = 3600) -> subprocess.CompletedProcess[str]:
     """``ansible-playbook -i INVENTORY playbooks/PLAYBOOK`` from the checkout's root (as the docs show it), inside
-    the lab's namespace, with Mitogen's strategy."""
+    the lab's namespace, with Mitogen's strategy. Its output, each task timed (ansible.posix's profile_tasks), is
+    kept beside the inventory as PLAYBOOK.N.log: where the tier's time goes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env["PATH"] = f"{VENV / 'bin'}:{env.get('PATH', '')}"
     env.update(mitogen_env())
-    return subprocess.run(lab.net.exec(["ansible-playbook", "-i", str(inventory), f"playbooks/{playbook}", *extra]),
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
+    env["PROFILE_TASKS_TASK_OUTPUT_LIMIT"] = "25"
+    res = subprocess.run(lab.net.exec(["ansible-playbook", "-i", str(inventory), f"playbooks/{playbook}", *extra]),
+                         cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    n = len(list(inventory.parent.glob(f"{playbook}.*.log")))
+    (inventory.parent / f"{playbook}.{n}.log").write_text(res.stdout + res.stderr)
+    return res
 
 
 def play(lab: VmLab, inventory: Path, playbook: str, *extra: str, timeout: float = 3600) -> dict[str, dict[str, int]]:

@@ -41,8 +41,10 @@ FAILOVER = ("suite: vm-failover\n" + NETWORK % ("[9000]", "[multi]")
 
 @pytest.fixture(scope="module")
 def netdep(image: Image, vmlab: VmLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
-    """The network lab, deployed, its iSCSI target and initiator set up, every guest's clock set from this one."""
+    """The network lab, deployed, its iSCSI target and initiator set up, every guest's clock set from this one. The
+    session's lab is paused meanwhile (this module runs last): five TCG guests on two CPUs would starve each other."""
     root = tmp_path_factory.mktemp("netlab")
+    vmlab.pause()
     lab = VmLab(root / "vms", image, [controller_spec(0), network_spec(2, "target", scsi_bytes=512 << 20),
                                       network_spec(3, "initiator")], accel=vmlab.accel, accel_why=vmlab.accel_why)
     started = time.monotonic()
@@ -66,6 +68,7 @@ def netdep(image: Image, vmlab: VmLab, tmp_path_factory: pytest.TempPathFactory)
         yield dep
     finally:
         lab.cleanup()
+        vmlab.resume()
 
 
 def paths(vm: Vm) -> list[tuple[str, str]]:

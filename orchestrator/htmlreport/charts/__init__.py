@@ -10,6 +10,7 @@ from orchestrator.htmlreport.charts import (  # noqa: F401
     heatmap,
     latency,
     network,
+    power,
     precondition,
     repeats,
     scaling,

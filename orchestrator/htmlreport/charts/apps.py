@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.cells import CellKey, cell_key, key_label
+from orchestrator.cells import CellKey, cell_key, cell_label
 from orchestrator.htmlreport import plot
 from orchestrator.htmlreport.model import PALETTE, Figure, FigureItem, ReportContext, RunView, Table, register
 from orchestrator.queries import POINT_DIMS, app_metrics, app_point, app_series, point_dim_of
@@ -77,9 +77,7 @@ POINT_AXIS = {"threads": "sysbench threads", "clients": "pgbench clients"}
 
 def ladder_name(key: CellKey) -> str:
     """``oltp_read_write (sysbench)``: the test and its tool, then any other identity of the cell."""
-    d = dict(key)
-    app = d.pop("app", "")
-    return key_label(tuple(d.items())) + (f" ({app})" if app else "")
+    return cell_label(dict(key), tq=False)
 
 
 def _ladder_figure(ctx: ReportContext, lad: AppLadder, n_lad: int, m: AppMetric) -> Figure | None:

@@ -19,7 +19,6 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from orchestrator.cells import key_label
 from orchestrator.htmlreport import fmt, plot
 from orchestrator.htmlreport.charts.scaling import REVIEW_METRICS, ladder_step_ids, op_mode_of, tq
 from orchestrator.htmlreport.model import Figure, FigureItem, ReportContext, RunView, Table, register
@@ -65,21 +64,15 @@ def direction(step: Step) -> str | None:
     return None
 
 
-def _size(bs: object) -> str:
-    b = int(bs) if isinstance(bs, int | float) else 0
-    return f"{b // 1024}K" if b % 1024 == 0 and b else f"{b}B"
-
-
-def collect(ctx: ReportContext, match: Callable[[Step], str | None],
+def collect(ctx: ReportContext, match: Callable[[Step], bool],
             value: Callable[[Result], float | None]) -> list[Bar]:
-    """A bar per measured step ``match`` names a category for, in plan order."""
+    """A bar per measured step ``match`` takes, in plan order, grouped by the cell's name (``ctx.label``)."""
     out = []
     for view in ctx.runs:
         for st, res in view.measured():
-            cat = match(st)
-            v = value(res) if cat is not None else None
-            if cat is not None and v is not None:
-                out.append(Bar(cat, view, op_mode_of(st), v))
+            v = value(res) if match(st) else None
+            if v is not None:
+                out.append(Bar(ctx.label(st), view, op_mode_of(st), v))
     return out
 
 
@@ -120,22 +113,14 @@ def bar_figure(ctx: ReportContext, fid: str, title: str, axis: str, bars: list[B
                   f", {len(ordered)} bars", len(ordered), caption)
 
 
-def _random_at(bs: int, t: int, q: int) -> Callable[[Step], str | None]:
-    def match(st: Step) -> str | None:
-        d = direction(st)
-        if _wl(st).get("bs") != bs or tq(st) != (t, q) or not is_random(st) or d is None:
-            return None
-        return f"{_size(bs)} random {d} 100% {t}T{q}Q"
+def _random_at(bs: int, t: int, q: int) -> Callable[[Step], bool]:
+    def match(st: Step) -> bool:
+        return _wl(st).get("bs") == bs and tq(st) == (t, q) and is_random(st) and direction(st) is not None
     return match
 
 
-def _sequential(st: Step) -> str | None:
-    d = direction(st)
-    bs = _wl(st).get("bs")
-    if bs not in (8192, 131072) or not is_sequential(st) or d is None:
-        return None
-    t, q = tq(st)
-    return f"{_size(bs)} sequential {d} {t}T{q}Q"
+def _sequential(st: Step) -> bool:
+    return _wl(st).get("bs") in (8192, 131072) and is_sequential(st) and direction(st) is not None
 
 
 def _latency_unit(bars: Iterable[Bar]) -> tuple[float, Callable[[float | None], str], str]:
@@ -182,7 +167,7 @@ class BarsChart:
         for v in ctx.runs:
             for st, _ in v.measured():
                 if st.id not in covered:
-                    label = key_label(ctx.key(st))
+                    label = ctx.label(st)
                     names[st.id] = label
                     per_profile.setdefault(str(st.cell.get("profile", "")), set()).add(label)
         keep = {st for st, lab in names.items()
@@ -190,8 +175,8 @@ class BarsChart:
         if not keep:
             return []
 
-        def match(st: Step) -> str | None:
-            return names.get(st.id) if st.id in keep else None
+        def match(st: Step) -> bool:
+            return st.id in keep
 
         iops = collect(ctx, match, lambda r: r.iops)
         bw = collect(ctx, match, lambda r: r.bw_bytes)

@@ -21,7 +21,7 @@ from typing import Any
 from matplotlib.patches import Patch
 from matplotlib.ticker import StrMethodFormatter
 
-from orchestrator.cells import CellKey, key_label
+from orchestrator.cells import CellKey
 from orchestrator.htmlreport import fmt, plot
 from orchestrator.htmlreport.model import Figure, FigureItem, ReportContext, RunView, Table, register
 from orchestrator.provenance import UNKNOWN
@@ -110,7 +110,7 @@ def _figure(ctx: ReportContext, m: Metric, keys: list[CellKey], cells: dict[Cell
             start = x
             for e in cells[key]:
                 v, mode = e.run, str(e.step.cell.get("op_mode", "stock"))
-                cell_name = key_label(key)
+                cell_name = ctx.name(key)
                 values: list[float] = []
                 for di, (path, d) in enumerate(e.devices, start=1):
                     val = m.device(d)
@@ -137,7 +137,7 @@ def _figure(ctx: ReportContext, m: Metric, keys: list[CellKey], cells: dict[Cell
                 lab = v.label(mode)
                 legend.setdefault(lab, Patch(facecolor=v.colour, hatch=v.hatch(mode), label=lab))
             centres.append((start + x - 1) / 2)
-        ax.set_xticks(centres, [key_label(k) for k in keys], rotation=20, ha="right", fontsize=7.5)
+        ax.set_xticks(centres, [ctx.name(k) for k in keys], rotation=20, ha="right", fontsize=7.5)
         ax.set_xlabel("cell")
         ax.set_ylabel(m.axis)
         ax.margins(y=0.12)

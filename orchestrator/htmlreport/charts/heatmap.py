@@ -30,7 +30,7 @@ import numpy as np
 from matplotlib.colors import Normalize
 from matplotlib.ticker import FuncFormatter
 
-from orchestrator.cells import CellKey, cell_key
+from orchestrator.cells import CellKey, cell_key, cell_label
 from orchestrator.htmlreport import fmt, plot
 from orchestrator.htmlreport.model import Figure, FigureItem, ReportContext, RunView, Table, register
 
@@ -121,15 +121,19 @@ Measured = tuple[Mapping[str, Any], Mapping[str, Any] | None, str, float, float 
 
 
 def _measured(v: RunView) -> list[Measured]:
-    """(cell, workload, name, bytes/s, IOPS, target Gbps) of each measured cell of a run."""
+    """(cell, workload, name, bytes/s, IOPS, target Gbps) of each measured cell of a run; the name is the cell's
+    (orchestrator.cells.cell_label), as every other section names it."""
     out: list[Measured] = []
     if v.detail.run.topology is None:
-        return [(st.cell, st.workload, st.name, res.bw_bytes or 0.0, res.iops, None) for st, res in v.measured()]
-    workloads = {st.seq: st.workload for st in v.detail.steps if st.kind == "net"}
+        return [(st.cell, st.workload, cell_label(st.cell, st.workload), res.bw_bytes or 0.0, res.iops, None)
+                for st, res in v.measured()]
+    workloads = {st.seq: st.workload for st in v.detail.steps
+                 if st.kind == "net" and st.cell.get("role") == "initiator"}
     for ng in v.detail.net_groups:
         t = ng.total or {}
         if t.get("initiator_gbps") is not None:
-            out.append((ng.cell, workloads.get(ng.seq), ng.name, float(t["initiator_gbps"]) * 1e9 / 8,
+            wl = workloads.get(ng.seq)
+            out.append((ng.cell, wl, cell_label(ng.cell, wl), float(t["initiator_gbps"]) * 1e9 / 8,
                         t.get("initiator_iops"), t.get("target_gbps")))
     return out
 

@@ -32,7 +32,7 @@ from typing import Any
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from labcontract.fioresult import TAIL_BEYOND, percentiles_from_bins
-from orchestrator.cells import CellKey, cell_key, key_label
+from orchestrator.cells import CellKey, cell_label
 from orchestrator.htmlreport import fmt, plot
 from orchestrator.htmlreport.model import (
     MODE_STYLES,
@@ -154,8 +154,9 @@ def _selected(ctx: ReportContext, entries: list[Entry]) -> tuple[list[CellKey], 
     keys = list(dict.fromkeys(e.key for e in entries))
     wanted = {w.strip() for w in ctx.options.get("latency_cells", "").split(",") if w.strip()}
     if wanted:
-        hit = [k for k in keys if any(e.key == k and (e.step.name in wanted or key_label(k) in wanted or
-                                                      key_label(cell_key(e.step.cell, with_op_mode=True)) in wanted)
+        hit = [k for k in keys if any(e.key == k and (e.step.name in wanted or ctx.name(k) in wanted or
+                                                      cell_label(e.step.cell, e.step.workload,
+                                                                 with_op_mode=True) in wanted)
                                       for e in entries)]
         return hit, len(keys) - len(hit)
     runs = len({e.view.index for e in entries})
@@ -238,9 +239,10 @@ def _draw(fid: str, title: str, lines: Sequence[Line], rows: list[list[Any]], ca
     return Figure("latency", fid, title, svg, table, n, points, caption)
 
 
-def _rows(e: Entry) -> list[list[Any]]:
+def _rows(e: Entry, cell: str) -> list[list[Any]]:
+    """The table rows of a cell's entry (``cell``: its name, ``ReportContext.name``)."""
     out: list[list[Any]] = []
-    label, cell = e.view.label(e.op_mode), key_label(e.key)
+    label = e.view.label(e.op_mode)
     if e.hist is not None:
         for d, k in (("read", "read"), ("write", "write"), ("read + write", "total")):
             if e.hist[k]:
@@ -278,7 +280,7 @@ class LatencyChart:
                 continue
             fallback = any(e.hist is None for e in drawn)
             one_run = len(ctx.runs) == 1       # then a colour per cell, else per run (and a line style per cell)
-            lines = [Line(f"{key_label(e.key)} · {e.view.label(e.op_mode)}",
+            lines = [Line(f"{ctx.name(e.key)} · {e.view.label(e.op_mode)}",
                           PALETTE[keys.index(e.key) % len(PALETTE)] if one_run else e.view.colour,
                           MODE_STYLES[keys.index(e.key) % len(MODE_STYLES)] if len(keys) > 1
                           else e.view.style(e.op_mode),
@@ -293,7 +295,7 @@ class LatencyChart:
                 cap += (f" {left} other cell(s) of {profile} left out: the lowest and highest p99 are drawn "
                         f"(--latency-cell names others).")
             out.append(functools.partial(_draw, f"latency-{pi}", f"Latency distribution: {profile}", lines,
-                             [r for e in drawn for r in _rows(e)], cap,
+                             [r for e in drawn for r in _rows(e, ctx.name(e.key))], cap,
                              f"n = {ctx.n_runs()}, {len(keys)} cell" + ("s" if len(keys) != 1 else "")))
             grouped = [e for e in drawn if len(e.devices) > 1]
             if grouped:
@@ -308,9 +310,9 @@ class LatencyChart:
         rows: list[list[Any]] = []
         for e in entries:
             for di, (path, b) in enumerate(sorted(e.devices.items())):
-                lab = f"{path} · {key_label(e.key)} · {e.view.label(e.op_mode)}"
+                lab = f"{path} · {ctx.name(e.key)} · {e.view.label(e.op_mode)}"
                 lines.append(Line(lab, e.view.colour, MODE_STYLES[di % len(MODE_STYLES)], b, None))
-                rows.append([e.view.label(e.op_mode), f"{key_label(e.key)} {path}", "read + write", "total", *stats(b)])
+                rows.append([e.view.label(e.op_mode), f"{ctx.name(e.key)} {path}", "read + write", "total", *stats(b)])
         n_dev = len({p for e in entries for p in e.devices})
         return _draw(f"latency-{pi}-devices", f"Latency distribution per device: {profile}", lines, rows,
                      "Per device of the group (its own fio job's json+ histogram, read + write), the cell with the "

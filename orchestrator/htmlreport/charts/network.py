@@ -55,15 +55,6 @@ class NetCell:
         return min(starts) if starts else None if self.group.window_start is None else float(self.group.window_start)
 
 
-def cell_label(cell: dict[str, Any], with_op_mode: bool = False) -> str:
-    """'seq-128k-read · MTU 9000 · multi path' (plus any other swept value)."""
-    skip = {"profile", "mtu", "paths", "net_paths", "role", "tool", "op_mode"}
-    extra = [f"{k}={v}" for k, v in sorted(cell.items()) if k not in skip]
-    mode = [str(cell["op_mode"])] if with_op_mode and "op_mode" in cell else []
-    return " · ".join([str(cell.get("profile", "")), *mode, *extra, f"MTU {cell.get('mtu', '-')}",
-                       f"{cell.get('paths', '-')} path"])
-
-
 def _cells(ctx: ReportContext) -> tuple[dict[CellKey, list[NetCell]], int]:
     """Non-pattern network cells by key, and how many pattern cells were left to the heat map."""
     in_grid = {(g.run.index, k) for g in grids(ctx) if g.network for k in g.keys}
@@ -201,7 +192,7 @@ def _time_figure(ctx: ReportContext, profile: str, keys: list[CellKey], cells: d
                     ax.plot(xs, ys, color=v.colour, linestyle=style, linewidth=lw)
                     kinds.setdefault(suffix, Line2D([], [], color="#555", linestyle=style, linewidth=lw))
                     points += len(ys)
-                    headers.append(f"{_panel_title(k)} run {v.index + 1} {suffix} Gbps")
+                    headers.append(f"{ctx.name(k)} run {v.index + 1} {suffix} Gbps")
                     cols.append({t * w: y for t, y in enumerate(vals)})
                 if g.window_start is not None and g.window_end is not None:
                     ax.axvspan(g.window_start - ser.t_ref, g.window_end - ser.t_ref, color=v.colour, alpha=0.08, lw=0)
@@ -271,7 +262,8 @@ def _path_figure(ctx: ReportContext, profile: str, keys: list[CellKey], cells: d
                         continue
                     hatch = MODE_HATCHES[names.index(str(p.get("path"))) % len(MODE_HATCHES)]
                     points += _bars(ax, x, p.get("gbps"), v.colour, hatch)
-                    rows.append([f"run {v.index + 1}", g.name, str(g.cell.get("mtu")), str(g.cell.get("paths")), name,
+                    rows.append([f"run {v.index + 1}", ctx.name(k), str(g.cell.get("mtu")), str(g.cell.get("paths")),
+                                 name,
                                  str(p.get("mtu", fmt.MISSING)), fmt.gbps(p.get("gbps")), fmt.iops(p.get("iops"))])
                     x += 1
                 x += 0.3
@@ -316,14 +308,14 @@ def _total_figure(ctx: ReportContext, keys: list[CellKey], cells: dict[CellKey, 
                 points += _bars(ax, x + 1, t.get("target_gbps"), v.colour, "//", 0.55)
                 x += 2.3
                 window = None if g.window_start is None or g.window_end is None else g.window_end - g.window_start
-                rows.append([f"run {v.index + 1}", g.name, str(g.cell.get("mtu")), str(g.cell.get("paths")),
+                rows.append([f"run {v.index + 1}", ctx.name(k), str(g.cell.get("mtu")), str(g.cell.get("paths")),
                              fmt.gbps(t.get("initiator_gbps")), fmt.gbps(t.get("target_gbps")),
                              fmt.iops(t.get("initiator_iops")), fmt.MISSING if window is None else f"{window:.1f}",
                              fmt.MISSING if g.skew_ms is None else f"{g.skew_ms:.1f}",
                              "ok" if g.complete else f"incomplete: {g.reason}"])
             centres.append((start + x - 1.3) / 2)
             x += 1
-        ax.set_xticks(centres, [cell_label(dict(k)) for k in keys], rotation=20, ha="right", fontsize=7)
+        ax.set_xticks(centres, [ctx.name(k) for k in keys], rotation=20, ha="right", fontsize=7)
         ax.set_xlabel("cell")
         ax.set_ylabel("total throughput (Gbps)")
         ax.margins(y=0.15)

@@ -96,11 +96,6 @@ def downsample(ts: Sequence[float], ys: Sequence[float | None], peak: bool,
     return xs, out
 
 
-def _group_label(step: Step) -> str:
-    name = step.name.removeprefix("precondition.")
-    return name.rsplit(".round", 1)[0]
-
-
 def groups(ctx: ReportContext) -> list[Group]:
     """The report's precondition groups, same-cell groups of several runs merged, in plan order."""
     found: dict[CellKey, Group] = {}
@@ -116,7 +111,7 @@ def groups(ctx: ReportContext) -> list[Group]:
             wl = first.workload or {}
             ident = tuple((f"workload.{k}", str(wl.get(k))) for k in ("rw", "bs", "rwmixread", "percentage_random"))
             key = ctx.key(first) + ident
-            grp = found.setdefault(key, Group(key, _group_label(first)))
+            grp = found.setdefault(key, Group(key, ctx.label(first)))
             mem = Member(view, str(first.cell.get("op_mode", "stock")), records.get(seq))
             offset = 0.0
             for st in steps:

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from orchestrator.cells import CellKey, cell_key, key_label
+from orchestrator.cells import CellKey, cell_key, cell_label
 from orchestrator.htmlreport import fmt, plot
 from orchestrator.htmlreport.model import Figure, FigureItem, ReportContext, RunView, Table, register
 from orchestrator.store.models import Result, Step
@@ -68,6 +68,7 @@ class Ladder:
     """One ladder across the report: its points in plan order and, per line (run, OP mode), point -> result."""
 
     key: CellKey
+    name: str           # the cells' name without their T x Q (orchestrator.cells.cell_label)
     points: list[tuple[int, int]] = field(default_factory=list)
     lines: dict[tuple[int, str], dict[tuple[int, int], Result]] = field(default_factory=dict)
 
@@ -80,7 +81,7 @@ def ladders(ctx: ReportContext) -> list[Ladder]:
             if not any(d in st.cell for d in LADDER_DIMS):
                 continue
             key = tuple((k, v) for k, v in cell_key(st.cell) if k not in LADDER_DIMS)
-            lad = found.setdefault(key, Ladder(key))
+            lad = found.setdefault(key, Ladder(key, cell_label(st.cell, st.workload, tq=False)))
             point = tq(st)
             if point not in lad.points:
                 lad.points.append(point)
@@ -97,7 +98,7 @@ def ladder_step_ids(ctx: ReportContext) -> set[str]:
 
 
 def _figure(ctx: ReportContext, lad: Ladder, n_lad: int, m: Metric) -> Figure | None:
-    name = key_label(lad.key)
+    name = lad.name
     xs = list(range(len(lad.points)))
     labels = [tq_label(p) for p in lad.points]
     views = {v.index: v for v in ctx.runs}

@@ -4,10 +4,11 @@ The recipe is everything that decides the image: the Debian suite, the packages 
 modules this machine's lacks: nvme, dm-multipath, iscsi_tcp, target_core; systemd; openssh; python3 with venv
 and apt for Ansible; fio, nvme-cli, open-iscsi, multipath-tools, targetcli-fb; redis-server and prometheus for
 the controller host), the units switched off (nothing of a lab runs before a playbook asks), the guest files
-(``guest/``: the boot-time identity service) and the wheelhouse the playbooks install storagelab's dependencies
-from (a VM has no route out). Its SHA-256 names the cache entry; a changed recipe builds a new image and the old
-ones are removed. The image is a raw ext4 file system booted directly with its own kernel and initramfs (no boot
-loader); every VM writes to a qcow2 overlay of its own, so the cached image is never written.
+(``guest/``: the boot-time identity service), the wheelhouse the playbooks install storagelab's dependencies
+from (a VM has no route out) and the lab's venv with those dependencies installed ahead (a golden image: the
+roles install storagelab's own wheel into it). Its SHA-256 names the cache entry; a changed recipe builds a new
+image and the old ones are removed. The image is a raw ext4 file system booted directly with its own kernel and
+initramfs (no boot loader); every VM writes to a qcow2 overlay of its own, so the cached image is never written.
 
 Building needs root (mmdebstrap into a directory, chroot for systemctl), Debian's mirror, and about 1.5 GB of
 disk; it takes about 5 minutes cold (docs/performance.md), nothing when cached.
@@ -33,7 +34,7 @@ from labcontract.errors import ServiceError
 
 log = logging.getLogger(__name__)
 
-RECIPE_VERSION = 2           # 2: the wheelhouse downloaded by the guest's own pip
+RECIPE_VERSION = 3           # 2: the wheelhouse downloaded by the guest's own pip; 3: the venv installed ahead
 SUITE = "bookworm"
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 IMAGE_BYTES = 6 << 30          # sparse: the tree takes about 1.4 GB, the rest is room for venvs, logs, results
@@ -67,6 +68,10 @@ GUEST_FILES = {          # path in the image -> (file under guest/, mode)
     "etc/systemd/system/vmlab-config.service": ("vmlab-config.service", 0o644),
 }
 WHEELS_IN_IMAGE = "srv/storagelab/wheels"      # lab_*_pip_extra_args: --no-index --find-links /srv/storagelab/wheels
+# lab_controller_venv and lab_agent_venv (their defaults), with every wheel of the wheelhouse installed ahead: a golden
+# image. The roles then install storagelab's own wheel into it; without it, each deploy spent 10 minutes of the
+# guest's emulated CPU on pip byte-compiling the same 5,560 files (docs/vmlab.md, "The image")
+VENV_IN_IMAGE = "opt/storagelab/.venv"
 HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 TOOLS = ("mmdebstrap", "mkfs.ext4", "qemu-img", "qemu-system-x86_64")
 
@@ -88,7 +93,7 @@ def recipe(requirements: Sequence[str]) -> dict[str, object]:
              for dest, (src, mode) in sorted(GUEST_FILES.items())}
     return {"version": RECIPE_VERSION, "suite": SUITE, "packages": sorted(PACKAGES),
             "disabled": sorted(DISABLED_UNITS), "enabled": sorted(ENABLED_UNITS), "masked": sorted(MASKED_UNITS),
-            "files": files, "wheels": sorted(requirements), "bytes": IMAGE_BYTES}
+            "files": files, "wheels": sorted(requirements), "venv": VENV_IN_IMAGE, "bytes": IMAGE_BYTES}
 
 
 def recipe_hash(requirements: Sequence[str]) -> str:
@@ -211,6 +216,12 @@ def _wheelhouse(tree: Path, requirements: Sequence[str], constraints: Path) -> N
           "--only-binary=:all:", "-d", "/" + WHEELS_IN_IMAGE,
           "-c", f"{inside}/constraints.txt", "-r", f"{inside}/requirements.txt"],
          "the wheelhouse's download", timeout=1800, env=env)
+    # in the chroot: the guest's CPython byte-compiles with this machine's CPU, not the emulated one
+    _run(["chroot", str(tree), "python3", "-m", "venv", "/" + VENV_IN_IMAGE], "the image's venv")
+    _run(["chroot", str(tree), f"/{VENV_IN_IMAGE}/bin/pip", "install", "-q", "--disable-pip-version-check",
+          "--no-index", "--find-links", "/" + WHEELS_IN_IMAGE,
+          "-c", f"{inside}/constraints.txt", "-r", f"{inside}/requirements.txt"],
+         "the image's venv install", timeout=1800, env=env)
     shutil.rmtree(build)
 
 

@@ -29,7 +29,7 @@ import yaml
 from labcontract.errors import ServiceError
 from orchestrator.labs.vmlab.image import Image
 from orchestrator.labs.vmlab.net import SEGMENTS, Network
-from orchestrator.labs.vmlab.vm import SSH_OPTIONS, Nic, NvmeNamespace, Vm, VmSpec
+from orchestrator.labs.vmlab.vm import CONNECT_TIMEOUT_S, SSH_OPTIONS, Nic, NvmeNamespace, Vm, VmSpec
 
 log = logging.getLogger(__name__)
 
@@ -175,9 +175,10 @@ class VmLab:
                   host_vars: Mapping[str, Mapping[str, Any]] | None = None,
                   group_vars: Mapping[str, Any] | None = None) -> Path:
         """An Ansible inventory of the VMs (root over SSH with the lab's key) in ``groups``."""
-        # a polling ssh gives up after 5 s and tries again; a play's connection has one chance: a TCG guest on a
-        # busy machine can take longer than 5 s (or Ansible's default 10 s) to finish a handshake
-        args = " ".join(SSH_OPTIONS).replace("ConnectTimeout=5", f"ConnectTimeout={PLAY_CONNECT_TIMEOUT}")
+        # a polling ssh gives up after 30 s (a boot poll after 5 s) and tries again; a play's connection has one
+        # chance: a TCG guest on a busy machine can take longer than Ansible's default 10 s to finish a handshake
+        args = " ".join(SSH_OPTIONS).replace(f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+                                             f"ConnectTimeout={PLAY_CONNECT_TIMEOUT}")
         ssh = {"ansible_user": "root", "ansible_ssh_private_key_file": str(self.key),
                "ansible_ssh_common_args": args, "ansible_timeout": PLAY_CONNECT_TIMEOUT,
                "ansible_python_interpreter": "/usr/bin/python3"}
@@ -188,6 +189,18 @@ class VmLab:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path
+
+    def pause(self) -> None:
+        """Every VM's CPUs stopped (QMP ``stop``): a lab not in use costs this machine nothing while another works.
+        Its guests' clocks stand still too, so a controller there sees its agents late once resumed."""
+        for vm in self.vms.values():
+            if vm.alive():
+                vm.qmp("stop")
+
+    def resume(self) -> None:
+        for vm in self.vms.values():
+            if vm.alive():
+                vm.qmp("cont")
 
     def stop(self) -> None:
         for vm in self.vms.values():
@@ -213,7 +226,9 @@ OFFLINE_VARS = {"lab_packages_update_cache": False,
                 # a network step's process imports its Python in emulation before the cell's common start: 1.5 s
                 # was too short (its tools started 0.25-0.44 s late, the cell's skew over the 100 ms limit)
                 "lab_controller_net_start_lead": 8}
-PLAY_CONNECT_TIMEOUT = 60
+# a play's connection (Mitogen's: the SSH handshake, then the guest's Python started and sent Mitogen's core) took over
+# 60 s to a starved guest (a second site.yml beside make test: "Connection timed out", 2026-11-29)
+PLAY_CONNECT_TIMEOUT = 180
 NVME_MODEL = "QEMU NVMe Ctrl"              # QEMU 7.2 names every emulated controller so
 SCSI_MODEL = "QEMU HARDDISK"
 

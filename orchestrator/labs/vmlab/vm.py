@@ -34,9 +34,12 @@ from labcontract.errors import ServiceError
 from orchestrator.labs.vmlab.image import Image
 from orchestrator.labs.vmlab.net import Network
 
+CONNECT_TIMEOUT_S = 30        # a starved TCG guest can take this long to send its SSH banner
 SSH_OPTIONS = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-               "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=10",
+               "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=10",
                "-o", "ServerAliveCountMax=6")
+# ssh's own messages (exit 255) for a connection that failed before any command reached the guest
+CONNECT_FAILURES = ("during banner exchange", "kex_exchange_identification", "port 22: Connection timed out")
 
 
 @dataclass(frozen=True)
@@ -208,12 +211,20 @@ class Vm:
 
     # --- SSH -----------------------------------------------------------------------------------------------------
 
-    def ssh_argv(self, command: str) -> list[str]:
-        return self.net.exec(["ssh", "-i", str(self.key), *SSH_OPTIONS, f"root@{self.spec.address}", command])
+    def ssh_argv(self, command: str, *, connect_timeout: int | None = None) -> list[str]:
+        options = list(SSH_OPTIONS)
+        if connect_timeout is not None:
+            options[options.index(f"ConnectTimeout={CONNECT_TIMEOUT_S}")] = f"ConnectTimeout={connect_timeout}"
+        return self.net.exec(["ssh", "-i", str(self.key), *options, f"root@{self.spec.address}", command])
 
     def ssh(self, command: str, *, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """``command`` (a shell line) run as root on the VM."""
-        res = subprocess.run(self.ssh_argv(command), capture_output=True, text=True, timeout=timeout)
+        """``command`` (a shell line) run as root on the VM. A connection that failed before the command was sent
+        (a TCG guest starved of CPU answers its banner late) is tried again, up to three times: the command never
+        ran, so running it then is running it once."""
+        for _ in range(3):
+            res = subprocess.run(self.ssh_argv(command), capture_output=True, text=True, timeout=timeout)
+            if res.returncode != 255 or not any(m in res.stderr for m in CONNECT_FAILURES):
+                break
         if check and res.returncode != 0:
             raise ServiceError(f"{self.name}: {command[:200]!r} exited {res.returncode}: "
                                f"{(res.stderr or res.stdout).strip()[-800:]}")
@@ -244,7 +255,9 @@ class Vm:
 
     def answers(self) -> bool:
         try:
-            return self.ssh("true", timeout=20, check=False).returncode == 0
+            # one short try: a guest still booting answers no SYN, and the boot is timed to this poll
+            return subprocess.run(self.ssh_argv("true", connect_timeout=5), capture_output=True,
+                                  timeout=20).returncode == 0
         except subprocess.TimeoutExpired:
             return False
 

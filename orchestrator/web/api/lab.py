@@ -1,5 +1,5 @@
 """The lab at a glance (viewer): who am I, the queue with the scheduler's reasons, the hosts and their health,
-the schedules, the built-in suites."""
+the schedules, the notification sinks and their delivery state, the built-in suites."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from labcontract.suite import builtin_suites
+from orchestrator import notifysinks
 from orchestrator.web import queries
 from orchestrator.web.api.common import principal, route, store
-from orchestrator.web.api.models import HostOut, QueueEntry, ScheduleOut, SuiteOut, WhoAmI
+from orchestrator.web.api.models import HostOut, NotifySinkOut, QueueEntry, ScheduleOut, SuiteOut, WhoAmI
 
 router = APIRouter(prefix="/api", tags=["lab"])
 
@@ -61,6 +62,14 @@ def hosts_shown(request: Request, width: Annotated[int, Query(ge=40, le=1000)] =
 def schedules(request: Request) -> list[ScheduleOut]:
     with store(request) as s:
         return [ScheduleOut.model_validate(x) for x in queries.list_schedules(s)]
+
+
+@route(router, "GET", "/notifications", "viewer", response_model=list[NotifySinkOut])
+def notifications(request: Request) -> list[NotifySinkOut]:
+    """The sinks the controller delivers the end of each run to (its lab file's [notify] and its --notify-*
+    options), redacted, with their delivery state: ``labctl notifications``."""
+    with store(request) as s:
+        return [NotifySinkOut.model_validate(x) for x in notifysinks.listing(s)]
 
 
 @functools.lru_cache(maxsize=1)

@@ -58,6 +58,8 @@ class RunSummary(BaseModel):
     max_rounds: int | None = None
     rerun_count: int = 0
     set_aside: str = ""        # a duty of the controller that failed on this run (its notification, its history)
+    lab: str = Field("", description="the lab that measured it, for a run imported from another lab (labctl "
+                                     "import); empty for this lab's runs")
 
 
 class RunPage(BaseModel):
@@ -86,6 +88,7 @@ class StepOut(BaseModel):
     reason: str
     host: str
     ended_at: float | None
+    progress: float = Field(0.0, description="0..1: where it is, or where it stopped (0: it never ran)")
     attempts: list[AttemptOut]
 
 
@@ -183,6 +186,24 @@ class CanaryOut(BaseModel):
     verdict: str = Field(description="ok / DRIFT [xN] with the judgement's detail, QUARANTINED with the reason, "
                                      "or - (never judged)")
     last_error: str
+
+
+class NotifySinkOut(BaseModel):
+    """A notification sink the controller delivers the end of each run to, redacted as the store keeps it (never a
+    webhook's URL: it often holds its token), with its delivery state (``labctl notifications``)."""
+
+    key: str = Field(description="file:<path>, webhook:<12 hex digits of the URL's SHA-256>, chat:<...>")
+    kind: Literal["file", "webhook", "chat"]
+    target: str = Field(description="a file's path; a webhook's scheme://host/…")
+    origin: str = Field(description="where it is configured: lab file (its [notify]) or option (--notify-*)")
+    active: bool = Field(description="in the running controller's configuration")
+    state: Literal["ok", "failing", "waiting", "inactive"]
+    delivered: int = Field(description="runs it took")
+    pending: int = Field(description="runs handed to it and not taken yet")
+    last_success_at: float | None
+    last_failure_at: float | None
+    last_error: str = Field(description="the reason of its last failure")
+    updated_at: float
 
 
 class CanaryDut(BaseModel):

@@ -55,18 +55,21 @@ def compare(request: Request,
             format: Literal["html", "json", "csv", "table"] = "html",
             units: Literal["decimal", "binary"] = "decimal",
             width: Annotated[int, Query(ge=40, le=1000)] = 200,
-            color: Literal["none", "standard", "256", "truecolor"] = "none") -> Response:
-    """Runs side by side, cell by cell; the first is the baseline (``labctl compare``): each run's mean over a
-    cell's repeats and, per figure, the verdict against the first run (``verdicts`` in JSON, ``*_verdict``
-    columns in CSV; docs/metrics.md "Comparing runs"). ``units``: bandwidth in MB/s or MiB/s (``mib_s``).
+            color: Literal["none", "standard", "256", "truecolor"] = "none",
+            baseline: Annotated[str, Query(max_length=64)] = "") -> Response:
+    """Runs side by side, cell by cell; the ``baseline`` (one of the runs; by default the first) comes first
+    (``labctl compare --baseline``): each run's mean over a cell's repeats and, per figure, the verdict against the
+    baseline (``verdicts`` in JSON, ``*_verdict`` columns in CSV; docs/metrics.md "Comparing runs"); a baseline
+    that is not one of the runs is refused (422). ``units``: bandwidth in MB/s or MiB/s (``mib_s``).
     ``table``: the terminal table ``labctl compare`` prints, drawn ``width`` columns wide in ``color`` (what the
     client's terminal takes); the header ``X-Partial-Runs`` names the runs still going on."""
-    from orchestrator.compare import as_csv, as_json, compare_details
+    from orchestrator.compare import as_csv, as_json, baseline_first, compare_details
 
     if len(set(run)) != len(run):
         raise CompareError("a run is named twice")
     for rid in run:
         queries.check_run_id(rid)
+    run = baseline_first(run, baseline.strip())
     if format == "html":
         return HTMLResponse(html_of(request, "compare", list(run)))
     with store(request) as s:
@@ -80,3 +83,22 @@ def compare(request: Request,
             return Response(table_text(c, width, None if color == "none" else color),
                             media_type="text/plain; charset=utf-8", headers=partial)
         return Response(as_csv(c), media_type="text/csv; charset=utf-8", headers=partial)
+
+
+@route(router, "GET", "/reference", "viewer", response_class=Response,
+       responses={200: {"content": {"application/json": {}, "text/plain": {}}}})
+def reference(request: Request, run: Annotated[str, Query(max_length=64)],
+              suite: Annotated[str, Query(min_length=1, max_length=128)],
+              format: Literal["json", "table"] = "json",
+              units: Literal["decimal", "binary"] = "decimal") -> Response:
+    """The run against the reference set of ``suite`` (``labctl compare RUN --reference SUITE``): every device any
+    lab measured with the suite, each by its latest run, and per headline figure min / median / max and the run's
+    percentile rank. ``table``: the lines labctl prints. No device measured with the suite: 422 with the reason."""
+    from orchestrator.reference import as_json, reference_set, table_lines
+
+    queries.check_run_id(run)
+    with store(request) as s:
+        ref = reference_set(s, run, suite.strip(), units)
+    if format == "json":
+        return Response(as_json(ref), media_type="application/json")
+    return Response("\n".join(table_lines(ref)), media_type="text/plain; charset=utf-8")

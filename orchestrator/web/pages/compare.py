@@ -1,9 +1,9 @@
 """``/compare``: two runs or more, the baseline chosen among them (``baseline=RUN``; by default the first
 picked), the verdict summary first (every significant difference of a headline figure against the baseline,
 :func:`orchestrator.compare.compare_details`, the numbers ``labctl compare`` prints), then the comparison's charts
-(``/compare/view``, drawn by ``orchestrator.web.render`` and framed as ``orchestrator.web.pages.runs`` frames a
-report). The baseline is the comparison's first run, as in ``labctl compare`` and ``GET /api/compare``: the page
-orders the runs so."""
+(``/compare/view``, drawn by ``orchestrator.web.render``; a page saying it is being drawn until then:
+``orchestrator.web.pages.frames``). The baseline is the comparison's first run, as in ``labctl compare`` and
+``GET /api/compare``: the page orders the runs so, and its form picking other runs carries it."""
 
 from __future__ import annotations
 
@@ -12,14 +12,16 @@ from typing import Annotated
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
+from sqlalchemy.orm import Session
 
 from labcontract.errors import CompareError, InputError, Problem
 from orchestrator.cellmetrics import HEADLINE
-from orchestrator.compare import ALPHA, Comparison, compare_details, ref_name
+from orchestrator.compare import ALPHA, Comparison, baseline_first, compare_details, ref_name
+from orchestrator.reference import Reference, reference_set
 from orchestrator.web import queries
 from orchestrator.web.pages.common import need, render
-from orchestrator.web.pages.runs import draw, report_response
+from orchestrator.web.pages.frames import framed
 
 router = APIRouter(include_in_schema=False)
 
@@ -97,22 +99,21 @@ def compare_ids(run: list[str]) -> list[str]:
 
 
 def with_baseline(ids: list[str], baseline: str) -> list[str]:
-    """``ids`` with ``baseline`` first (none given: as they are); InputError when it is not one of them."""
-    baseline = baseline.strip()
-    if not baseline:
-        return ids
-    if baseline not in ids:
-        shown = baseline[:64]
-        raise InputError("baseline", [Problem("baseline", f"{shown!r} is not one of the compared runs "
-                                                          f"({', '.join(ids) or 'none picked'})")])
-    return [baseline, *(rid for rid in ids if rid != baseline)]
+    """``ids`` with ``baseline`` first (none given: as they are; :func:`orchestrator.compare.baseline_first`, as
+    ``labctl compare --baseline`` and the API order them); InputError when it is not one of them."""
+    try:
+        return baseline_first(ids, baseline.strip())
+    except CompareError as e:
+        raise InputError("baseline", [Problem("baseline", str(e))]) from None
 
 
 @router.get("/compare", response_class=HTMLResponse)
 def compare(request: Request, run: Runs = [],   # noqa: B006
-            baseline: Annotated[str, Query(max_length=64)] = "") -> HTMLResponse:
+            baseline: Annotated[str, Query(max_length=64)] = "",
+            reference: Annotated[str, Query(max_length=128)] = "") -> HTMLResponse:
     """Two runs or more: the verdicts against the baseline, then their overlaid charts; fewer: pick them among
-    the newest ended runs."""
+    the newest ended runs. ``reference=SUITE``: the baseline against every device measured with the suite
+    (:mod:`orchestrator.reference`)."""
     need(request, "viewer")
     ids = with_baseline(compare_ids(run), baseline)
     verdicts: Summary | None = None
@@ -122,7 +123,8 @@ def compare(request: Request, run: Runs = [],   # noqa: B006
         for rid in ids:
             r = queries.get_run(s, rid)
             chosen.append({"id": r.id, "suite": r.suite_name, "host": r.host, "state": r.state,
-                           "ended_at": r.ended_at})
+                           "ended_at": r.ended_at, "lab": r.lab or ""})
+        ref, ref_why = reference_or_why(s, ids, reference.strip())
         if len(ids) >= 2:
             try:
                 verdicts = summary(compare_details([queries.detail(s, rid, light=True) for rid in ids]))
@@ -130,18 +132,30 @@ def compare(request: Request, run: Runs = [],   # noqa: B006
                 why = str(e).splitlines()[0] if str(e) else type(e).__name__
         recent, _nxt = queries.list_runs(s, limit=50)
     return render(request, "compare.html", chosen=chosen, recent=recent, selected=set(ids), verdicts=verdicts,
-                  why=why, alpha=ALPHA, refs={rid: ref_name(i) for i, rid in enumerate(ids)},
+                  why=why, reference=ref, reference_why=ref_why, reference_suite=reference.strip(),
+                  alpha=ALPHA, refs={rid: ref_name(i) for i, rid in enumerate(ids)},
+                  baseline=ids[0] if ids else "",
                   view_qs=urlencode([("run", rid) for rid in ids]))
 
 
+def reference_or_why(s: Session, ids: list[str], suite: str) -> tuple[Reference | None, str]:
+    """The first run against the reference set of ``suite`` (none asked: None), or why there is none."""
+    if not suite:
+        return None, ""
+    if not ids:
+        return None, "pick the run to set against the reference set"
+    try:
+        return reference_set(s, ids[0], suite), ""
+    except CompareError as e:
+        return None, str(e).splitlines()[0]
+
+
 @router.get("/compare/view", response_class=HTMLResponse)
-def compare_frame(request: Request, run: Runs = []) -> HTMLResponse:  # noqa: B006
-    """The comparison's HTML report, the first run its baseline."""
+def compare_frame(request: Request, run: Runs = []) -> Response:  # noqa: B006
+    """The comparison's HTML report, the first run its baseline; while it is drawn, a page saying so, which the
+    report then takes the place of (:func:`orchestrator.web.pages.frames.framed`)."""
     need(request, "viewer")
     ids = compare_ids(run)
     if len(ids) < 2:
         raise InputError("run", [Problem("run", "pick two runs or more to compare")])
-    with request.app.state.web.sessions() as s:
-        for rid in ids:
-            queries.get_run(s, rid)
-    return report_response(draw(request, "compare", ids))
+    return framed(request, "compare", ids)

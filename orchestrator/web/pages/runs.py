@@ -19,19 +19,17 @@ from labcontract.errors import Busy, InputError, Problem
 from labcontract.protocol import Cancel, Message, Pause, Rerun, Resume
 from orchestrator.runhistory import HistoryCache
 from orchestrator.states import RunState
-from orchestrator.web import queries
+from orchestrator.web import queries, runview
 from orchestrator.web.api.regressions import history_slot
 from orchestrator.web.auth import Principal, require
 from orchestrator.web.pages.common import need, qs, render
+from orchestrator.web.pages.frames import framed
 
 router = APIRouter(include_in_schema=False)
 
 Text = Annotated[str, Query(max_length=128)]
 RunId = Annotated[str, Path(max_length=64)]
 ACTIVE = ("QUEUED", "RUNNING", "PAUSED")
-# the embedded report: no script, no request but data: images, framed only by this site
-FRAME_CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; frame-ancestors 'self'; "
-             "base-uri 'none'; form-action 'none'")
 
 
 def _day(value: str, where: str, problems: list[Problem]) -> float | None:
@@ -77,6 +75,7 @@ def run_page(request: Request, run_id: RunId,
     need(request, "viewer")
     with request.app.state.web.sessions() as s:
         run = queries.run_dict(s, run_id)
+        view = runview.page_view(s, queries.get_run(s, run_id), run["steps"])
         artifacts = queries.run_artifacts(s, run_id)          # each step's raw output: job file, fio.json, stderr
         ended = run["state"] not in ACTIVE
         busy = ""
@@ -85,8 +84,7 @@ def run_page(request: Request, run_id: RunId,
         except Busy:
             hist, busy = None, "not read now: the service is busy reading histories; reload in a few seconds"
     marks = hist.step_marks((st["id"], st["kind"], st["cell"]) for st in run["steps"]) if hist else {}
-    rerunnable = ended and any(st["state"] in ("FAILED", "CANCELLED", "LOST") for st in run["steps"])
-    return render(request, "run.html", run=run, ended=ended, active=not ended, rerunnable=rerunnable,
+    return render(request, "run.html", run=run, ended=ended, active=not ended, view=view,
                   history=hist.summary() if hist else busy, regressed=marks, artifacts=artifacts[:MAX_ARTIFACT_ROWS],
                   more_artifacts=max(len(artifacts) - MAX_ARTIFACT_ROWS, 0),
                   done=f"{done} accepted" if done else "")    # fixed texts: a link cannot make the page say anything
@@ -110,24 +108,9 @@ def run_action(request: Request, who: Annotated[Principal, Depends(require("engi
     return RedirectResponse(f"/runs/{run_id}?{qs({'done': action})}", status_code=303)
 
 
-def report_response(html: str) -> HTMLResponse:
-    return HTMLResponse(html, headers={"Content-Security-Policy": FRAME_CSP, "X-Frame-Options": "SAMEORIGIN",
-                                       "Cache-Control": "private, max-age=60"})
-
-
-def draw(request: Request, kind: str, run_ids: list[str]) -> str:
-    from orchestrator.web import render as drawing
-
-    cfg = request.app.state.web.cfg
-    with request.app.state.web.sessions() as s:
-        ended = [queries.get_run(s, rid).ended_at for rid in run_ids]
-    cache = drawing.cache_path(cfg.cache_dir, kind, run_ids, ended)
-    return drawing.render(kind, run_ids, store_url=cfg.store_url, artifact_dir=cfg.artifact_dir, cache=cache,
-                          work_dir=cfg.cache_dir / "tmp")
-
-
 @router.get("/runs/{run_id}/report", response_class=HTMLResponse)
-def report_frame(request: Request, run_id: RunId) -> HTMLResponse:
-    """The run's HTML report, to be framed by its run page (or opened on its own)."""
+def report_frame(request: Request, run_id: RunId) -> Response:
+    """The run's HTML report, to be framed by its run page (or opened on its own): a page saying it is being drawn
+    when the drawing takes longer than a moment, streamed on with the report (orchestrator.web.pages.frames)."""
     need(request, "viewer")
-    return report_response(draw(request, "report", [run_id]))
+    return framed(request, "report", [run_id])

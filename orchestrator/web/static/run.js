@@ -8,6 +8,9 @@
   var NS = 'http://www.w3.org/2000/svg';
   var MAX_POINTS = 900;                      // 15 minutes of seconds per series
   var series = { iops: [], mean: [], p99: [] };
+  var labels = {};                           // attempt -> its step's label (a fragment's name in the charts)
+  var commands = document.getElementById('commands');
+  var forms = document.getElementById('command-forms');
   var charts = { iops: document.getElementById('chart-iops'), lat: document.getElementById('chart-lat') };
 
   function node(name, attrs, parent) {
@@ -47,13 +50,40 @@
     node('text', { x: L, y: H - 4, 'class': 'tick' }, svg).textContent = '0 s';
     node('text', { x: W - R, y: H - 4, 'text-anchor': 'end', 'class': 'tick' }, svg)
       .textContent = (t1 - t0).toFixed(0) + ' s';
+    // each step's fragment is a group named by its step (its <title>), a separator where it starts and, room
+    // permitting, the step's label written above it
+    var groups = {}, order = [];
+    function group(seg) {
+      if (!groups[seg]) {
+        var g = node('g', { 'class': 'seg', 'data-label': labels[seg] || seg }, svg);
+        node('title', {}, g).textContent = labels[seg] || seg;
+        groups[seg] = { g: g, t0: Infinity };
+        order.push(seg);
+      }
+      return groups[seg];
+    }
     lines.forEach(function (l) {
       var segs = {};
-      l.pts.forEach(function (p) { (segs[p.seg] = segs[p.seg] || []).push(x(p.t).toFixed(1) + ',' + y(p.v).toFixed(1)); });
+      l.pts.forEach(function (p) {
+        (segs[p.seg] = segs[p.seg] || []).push(x(p.t).toFixed(1) + ',' + y(p.v).toFixed(1));
+        var gr = group(p.seg);
+        gr.t0 = Math.min(gr.t0, p.t);
+      });
       Object.keys(segs).forEach(function (k) {
         var pts = segs[k].length === 1 ? [segs[k][0], segs[k][0]] : segs[k];
-        node('polyline', { points: pts.join(' '), 'class': 'line ' + l.cls }, svg);
+        node('polyline', { points: pts.join(' '), 'class': 'line ' + l.cls }, group(k).g);
       });
+    });
+    var lastLabel = -Infinity;
+    order.sort(function (a, b) { return groups[a].t0 - groups[b].t0; }).forEach(function (seg, i) {
+      var gr = groups[seg], x0 = x(gr.t0);
+      if (i > 0) node('line', { x1: x0, x2: x0, y1: T, y2: H - B, 'class': 'seg-sep' }, gr.g);
+      if (x0 - lastLabel >= 90 || i === 0) {     // room for it: written at its start (or ending there, right)
+        var right = x0 > L + 0.6 * (W - L - R);
+        node('text', { x: right ? x0 - 3 : x0 + 3, y: T + 10, 'text-anchor': right ? 'end' : 'start',
+                       'class': 'seg-label' }, gr.g).textContent = labels[seg] || seg;
+        lastLabel = x0;
+      }
     });
   }
 
@@ -82,11 +112,18 @@
     text('run-total', d.total);
     var why = text('run-reason', d.reason || '');
     if (why) why.hidden = !d.reason;
+    if (d.eta !== undefined) eta(d.eta);
+    if (d.preconditioning) verdicts(d.preconditioning);
+    if (d.actions) setActions(d.actions);
     var rows = {};
     document.querySelectorAll('#steps tr[data-step]').forEach(function (tr) { rows[tr.dataset.step] = tr; });
+    var added = false;
     d.steps.forEach(function (st) {
       var tr = rows[st.id];
-      if (!tr) return;
+      if (!tr) {
+        tr = rows[st.id] = newRow(st);
+        added = true;
+      }
       if (tr.dataset.state !== st.state) {
         tr.dataset.state = st.state;
         setState(tr.querySelector('.st'), st.state);
@@ -98,6 +135,88 @@
       var reason = tr.querySelector('.reason');
       if (reason) reason.textContent = st.reason || '';
     });
+    if (added) {
+      document.querySelectorAll('#steps tr[data-step]').forEach(function (tr, i) {
+        tr.querySelector('td').textContent = String(i + 1);
+      });
+    }
+  }
+
+  function cell(tr, cls, value) {
+    var td = document.createElement('td');
+    if (cls) td.className = cls;
+    if (value !== undefined) td.textContent = value;
+    tr.appendChild(td);
+    return td;
+  }
+
+  // a step planned while the page is open (a precondition round after the last): its row, at its place
+  function newRow(st) {
+    var body = document.querySelector('#steps tbody');
+    var tr = document.createElement('tr');
+    tr.dataset.step = st.id;
+    cell(tr, 'num', '');
+    cell(tr, '', st.name);
+    cell(tr, '', st.kind + (st.round ? ' r' + st.round : ''));
+    cell(tr, 'st');
+    var bar = document.createElement('span');
+    bar.className = 'bar';
+    var fill = document.createElement('span');
+    fill.className = 'fill';
+    fill.style.width = '0%';
+    bar.appendChild(fill);
+    cell(tr, '').appendChild(bar);
+    cell(tr, 'num attempts', '0');
+    cell(tr, 'why reason', '');
+    var rows = body.querySelectorAll('tr[data-step]');
+    var at = typeof st.index === 'number' ? st.index : rows.length;
+    body.insertBefore(tr, at < rows.length ? rows[at] : null);
+    return tr;
+  }
+
+  function eta(e) {
+    var dd = document.getElementById('run-eta');
+    if (!dd) return;
+    document.querySelectorAll('.eta').forEach(function (el) { el.hidden = !e; });
+    dd.textContent = e ? e.text : '';
+  }
+
+  // each precondition group: the line labctl run show prints, and the round running (k of at most N)
+  function verdicts(groups) {
+    var list = document.getElementById('verdicts');
+    if (!list || !groups.length) return;
+    document.getElementById('steady').hidden = false;
+    groups.forEach(function (g) {
+      var li = list.querySelector('li[data-pc="' + g.seq + '"]');
+      if (!li) {
+        li = document.createElement('li');
+        li.dataset.pc = String(g.seq);
+        var line = document.createElement('span');
+        line.className = 'pc-line';
+        var now = document.createElement('span');
+        now.className = 'pc-now muted';
+        li.append(line, ' ', now);
+        list.appendChild(li);
+      }
+      li.dataset.state = g.state;
+      li.querySelector('.pc-line').textContent = g.line || ('precondition ' + g.name + ': running, 0 round(s)');
+      li.querySelector('.pc-now').textContent = g.running ? 'round ' + g.running +
+        (g.max_rounds ? ' of at most ' + g.max_rounds : '') + ' running' : '';
+    });
+  }
+
+  // the commands the run's state allows, without a reload: the forms the page keeps in its <template>
+  function setActions(allowed) {
+    if (!commands || !forms) return;
+    ['cancel', 'pause', 'resume', 'rerun'].forEach(function (action) {
+      var shown = commands.querySelector('form[data-action="' + action + '"]');
+      var want = allowed.indexOf(action) >= 0;
+      if (shown && !want) shown.remove();
+      if (!shown && want) {
+        var form = forms.content.querySelector('form[data-action="' + action + '"]');
+        if (form) commands.appendChild(form.cloneNode(true));
+      }
+    });
   }
 
   function push(list, p) {
@@ -107,6 +226,7 @@
 
   function onSample(d) {
     var seg = d.attempt_id;
+    labels[seg] = d.step;
     if (d.iops !== null) push(series.iops, { t: d.t, v: d.iops, seg: seg });
     if (d.lat_mean_us !== null) push(series.mean, { t: d.t, v: d.lat_mean_us, seg: seg });
     if (d.lat_p99_us !== null) push(series.p99, { t: d.t, v: d.lat_p99_us, seg: seg });
@@ -124,10 +244,8 @@
   function onEnd(d) {
     source.close();
     setState(document.getElementById('run-state'), d.state);
-    ['cancel-form', 'pause', 'resume'].forEach(function (id) {
-      var e = document.getElementById(id);
-      if (e) (e.closest('form') || e).remove();
-    });
+    setActions(d.actions || []);
+    eta(null);
     var report = document.getElementById('report');
     if (report && !document.getElementById('report-frame')) {
       var frame = document.createElement('iframe');
