@@ -74,10 +74,31 @@ except ImportError:                      # python3-packaging: what Ansible's own
     Requirement = None  # type: ignore[assignment,misc]
 
 
+METADATA_MAX = 1 << 20                   # a wheel's METADATA is a few KiB; more is not a wheel we built
+
+
 def wheel_metadata(path: str) -> Any:
+    """The wheel's METADATA headers, with Name, Version and every Requires-Dist checked readable.
+
+    Raises ValueError naming the problem: no METADATA or more than one, one larger than METADATA_MAX, not UTF-8,
+    no Name or Version, or a requirement that does not parse."""
     with zipfile.ZipFile(path) as zf:
-        (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1]
-        return HeaderParser().parsestr(zf.read(name).decode("utf-8"))
+        found = [i for i in zf.infolist() if i.filename.endswith(".dist-info/METADATA") and i.filename.count("/") == 1]
+        if len(found) != 1:
+            raise ValueError(f"{len(found)} .dist-info/METADATA files, not one")
+        if found[0].file_size > METADATA_MAX:
+            raise ValueError(f"{found[0].filename} is {found[0].file_size} bytes, over {METADATA_MAX}")
+        meta = HeaderParser().parsestr(zf.read(found[0]).decode("utf-8"))
+    for key in ("Name", "Version"):
+        if not (meta[key] or "").strip():
+            raise ValueError(f"METADATA has no {key}")
+    try:
+        Version(meta["Version"])
+        for line in meta.get_all("Requires-Dist") or []:
+            Requirement(line)
+    except (InvalidRequirement, InvalidVersion) as e:
+        raise ValueError(f"METADATA: {e}") from None
+    return meta
 
 
 def applies(req: Any, extras: set[str]) -> bool:
@@ -131,7 +152,7 @@ def main() -> None:
         module.exit_json(changed=False, lacking=[f"{os.path.basename(wheel)}: not on the host yet"], installed=None)
     try:
         meta = wheel_metadata(wheel)
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, RuntimeError) as e:
         module.fail_json(msg=f"{wheel}: not a readable wheel: {e}")
     extras = {module.params["extra"]} if module.params["extra"] else set()
     missing, installed = lacking(meta, extras, venv)
