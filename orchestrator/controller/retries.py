@@ -1,19 +1,20 @@
 """The retry policy applied to an attempt that failed by no fault of its step (suite key ``retry``).
 
-Every step kind the planner makes is idempotent (purge, precondition round, measurement: each runs a
-whole fio job against the run's own devices), so each may be retried. A retry is a new attempt of the
-same step, dispatched only after the previous attempt is known to have stopped, so a step never runs
-twice at the same time; with ``repurge`` a purge of the run's devices comes first.
+A step kind says whether its steps may be retried (``retryable``, an attribute of the kind in
+:mod:`orchestrator.kinds`): purges, precondition rounds and measurements may (each runs a whole job against
+the run's own devices); application workloads, network cells and the controller's own playbooks may not. A
+retry is a new attempt of the same step, dispatched only after the previous attempt is known to have stopped,
+so a step never runs twice at the same time; with ``repurge`` a purge of the run's devices comes first (for the
+kinds whose ``repurge_before_retry`` says so).
 """
 
 from __future__ import annotations
 
 from labcontract.suitebase import Retry, RetryCause
+from orchestrator import kinds
 from orchestrator.runs.preconditioning import suite_of
 from orchestrator.states import StepState
 from orchestrator.store.models import Attempt, Run, Step
-
-IDEMPOTENT_KINDS = frozenset({"purge", "precondition", "measure"})
 
 
 def policy_of(run: Run) -> Retry:
@@ -30,14 +31,14 @@ def attempts_counted(run: Run, step: Step) -> int:
 
 def should_retry(run: Run, att: Attempt, cause: RetryCause | None) -> bool:
     policy = policy_of(run)
-    return (cause is not None and cause in policy.when and att.step.kind in IDEMPOTENT_KINDS
+    return (cause is not None and cause in policy.when and kinds.get(att.step.kind).retryable
             and attempts_counted(run, att.step) < policy.max_attempts)
 
 
 def repurge_step(run: Run, step: Step) -> Step | None:
     """A purge to run before the retry of ``step`` (the suite purges and asks for it), else None."""
     suite = suite_of(run)
-    if not (suite.retry.repurge and suite.phases.purge and step.kind in ("precondition", "measure")):
+    if not (suite.retry.repurge and suite.phases.purge and kinds.get(step.kind).repurge_before_retry):
         return None
     n = len(step.attempts) + 1
     # (seq, round) is unique in a run and orders its steps: a re-purge takes a negative round of the

@@ -47,6 +47,15 @@ class StepKind(Protocol):
     def lab_fs(self) -> bool:
         """A filesystem signature on its devices may be the lab's own: the agent judges it, not the controller."""
 
+    @property
+    def retryable(self) -> bool:
+        """A failed attempt that was no fault of its step may be retried (suite key ``retry``): the step does the
+        same whole job again on the run's own devices, so running it twice leaves what running it once does."""
+
+    @property
+    def repurge_before_retry(self) -> bool:
+        """With the suite's ``retry.repurge``, a purge of the run's devices comes before a retry of the step."""
+
     def operation(self, step: Step) -> str | None:
         """What the step does to its devices, for the interlock: purge, op_mode, write, or None."""
 

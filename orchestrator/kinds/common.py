@@ -37,6 +37,8 @@ class BaseKind:
     local = False
     agent_kind: tuple[str, int] | None = ("fio", 1)
     lab_fs = False
+    retryable = False
+    repurge_before_retry = False
 
     def operation(self, step: Step) -> str | None:
         return None

@@ -31,6 +31,8 @@ log = logging.getLogger("orchestrator.controller")
 
 class FioKind(BaseKind):
     names = ("measure", "precondition")
+    retryable = True                     # a whole fio job against the run's own devices
+    repurge_before_retry = True
 
     def operation(self, step: Step) -> str | None:
         rw = step.workload.get("rw") if step.workload else None

@@ -12,6 +12,7 @@ from orchestrator.store.models import Attempt, Run, Step
 class PurgeKind(BaseKind):
     names = ("purge",)
     agent_kind = ("purge", 1)
+    retryable = True
 
     def operation(self, step: Step) -> str | None:
         rw = step.workload.get("rw") if step.workload else None

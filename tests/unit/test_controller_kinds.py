@@ -35,6 +35,13 @@ def test_every_planned_kind_has_an_entry() -> None:
         kinds.get("nope")
 
 
+def test_which_kinds_a_retry_may_run_again_is_the_kinds_own_attribute() -> None:
+    retryable = {n for n in kinds.names() if kinds.get(n).retryable}
+    assert retryable == {"purge", "precondition", "measure"}
+    assert {n for n in kinds.names() if kinds.get(n).repurge_before_retry} == {"precondition", "measure"}
+    assert not kinds.get("app").retryable and not kinds.get("net").retryable and not kinds.get("provision").retryable
+
+
 def test_a_kind_name_is_registered_once() -> None:
     class Dup(kinds.common.BaseKind):
         names = ("measure",)
