@@ -24,10 +24,10 @@ from agents import health, kinds
 from agents.drivehealth import HelperSource
 from agents.drivehealth import smart_check as drive_smart_check
 from agents.live import LiveReader
-from agents.runner import SAFE_ID, Attempt, FioRunner
+from agents.runner import SAFE_ID, Attempt, StepRunner
 from agents.workloads import Workloads
 from labcontract import __version__, interlock
-from labcontract.errors import FioError, LabError, ProtocolError
+from labcontract.errors import LabError, ProtocolError, StepError
 from labcontract.facts import DeclaredDut, HostFacts, NetPathDecl, Observation
 from labcontract.live import LiveStatus
 from labcontract.protocol import (
@@ -105,7 +105,7 @@ class LivePublisher:
 class Agent:
     config: AgentConfig
     facts: HostFacts
-    runner: FioRunner
+    runner: StepRunner
     publish: Callable[[Event], None]
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -365,7 +365,7 @@ class Agent:
             return
         try:          # the drives' health before the step, read before the lock (a heartbeat never waits on it)
             health_before = self.runner.health_before(kinds.get(msg.action), targets)
-        except FioError:
+        except StepError:
             health_before = ()
         with self._lock:
             held = self.held_by_another(msg, targets)
@@ -377,7 +377,7 @@ class Agent:
             try:
                 attempt, launched = self.runner.start(msg, manage_mtu=self.config.manage_mtu, targets=targets,
                                                      host=self.kind_host(), health_before=health_before)
-            except FioError as e:
+            except StepError as e:
                 self.note_error()
                 logger.error("attempt %s could not start: %s", msg.attempt_id, e)
                 attempt_or_none = self.runner.get(msg.attempt_id)
@@ -411,7 +411,7 @@ class Agent:
         step's workload), and why it is refused ("" when it is not)."""
         try:
             kind = kinds.get(msg.action)
-        except FioError as e:
+        except StepError as e:
             return kinds.Targets(), str(e)
         host = self.kind_host()
         off_platform = kinds.platform_refusal(kind, host.platform.name)   # before any Linux tool is reached

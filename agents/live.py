@@ -37,7 +37,7 @@ from pydantic import ValidationError
 
 from agents import kinds
 from agents.attempt import Attempt
-from labcontract.errors import FioError, LabError
+from labcontract.errors import LabError, StepError
 from labcontract.fioresult import percentiles_from_bins
 from labcontract.fioseries import _bin_max, _Part, _Snapshot, _snapshot, _went_back, _zero
 from labcontract.live import AppLive, DeviceLive, DirectionLive, LiveStatus
@@ -302,7 +302,7 @@ class LiveReader:
         """A fio step's per-device figures (zero counters while its fio.json is missing or unreadable)."""
         try:
             return self._stream(attempt, msg, w)
-        except (OSError, FioError, KeyError, TypeError, ValueError) as e:
+        except (OSError, StepError, KeyError, TypeError, ValueError) as e:
             log.debug("live status of attempt %s: %s", attempt.attempt_id, e)
             self._streams.pop(attempt.attempt_id, None)
             return _devices(None, None, msg.devices, w.numjobs, w.iodepth)

@@ -3,7 +3,7 @@ wrapper records its exit code, so it survives an agent restart and its end is co
 
 ``python -m agents.netstep net-spec.json net.json``
 
-The spec (written by :class:`agents.runner.FioRunner`) holds the host's role, its paths resolved to
+The spec (written by :class:`agents.runner.StepRunner`) holds the host's role, its paths resolved to
 interfaces and peer addresses, the MTU, the tool, the workload and ``start_at``. The process:
 
 1. sets the MTU of its path interfaces when the agent manages it (``--manage-mtu``; on lab hosts
@@ -46,7 +46,7 @@ from agents.netmeasure import (
     run_fio_paths,
     wait_until,
 )
-from labcontract.errors import FioError, NetStepError
+from labcontract.errors import NetStepError, StepError
 from labcontract.suite import Workload
 
 
@@ -210,7 +210,7 @@ def main(argv: Sequence[str]) -> int:
     spec = json.loads(spec_file.read_text())
     try:
         result = run(spec, spec_file.parent)
-    except (NetStepError, NetMeasureError, FioError, OSError) as e:
+    except (NetStepError, NetMeasureError, StepError, OSError) as e:
         print(f"network step failed: {e}", file=sys.stderr)
         return 1
     tmp = out_file.with_suffix(".tmp")

@@ -61,14 +61,14 @@ from agents.platform import Platform, current
 from agents.power import PowerSampler, RedfishPower, restarted
 from labcontract.drivehealth import ARTIFACT as HEALTH_ARTIFACT
 from labcontract.drivehealth import DriveHealth, HealthReading, parse_drive_health
-from labcontract.errors import FioError, LabError
+from labcontract.errors import LabError, StepError
 from labcontract.facts import DeclaredDut, NetPathDecl
 from labcontract.power import ARTIFACT as POWER_ARTIFACT
 from labcontract.protocol import ARTIFACT_MAX_BYTES, Artifact, StartStep, StepEnded
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ARTIFACTS", "Attempt", "CheckedJob", "FioRunner", "checked_job", "net_spec", "purge_script",
+__all__ = ["ARTIFACTS", "Attempt", "CheckedJob", "StepRunner", "checked_job", "net_spec", "purge_script",
            "same_device"]
 
 STDERR_TAIL_BYTES = 1 << 20      # fio.stderr (and a kind's other tails) is sent as its last MiB
@@ -103,7 +103,7 @@ def boot_id() -> str:
     return current().boot_id()
 
 
-class FioRunner:
+class StepRunner:
     """Owns the attempts directory. Not thread-safe: the agent serialises calls."""
 
     def __init__(self, state_dir: Path, fio_binary: str = "fio", on_exit: Callable[[], None] | None = None,
@@ -121,19 +121,19 @@ class FioRunner:
         self._power: dict[str, PowerSampler] = {}   # samplers of the attempts under way
 
     def attempt_path(self, attempt_id: str) -> Path:
-        """The attempt's directory, inside the attempts directory (FioError for an id that is not path-safe)."""
+        """The attempt's directory, inside the attempts directory (StepError for an id that is not path-safe)."""
         if not isinstance(attempt_id, str) or not SAFE_ID.fullmatch(attempt_id) or ".." in attempt_id:
-            raise FioError(f"attempt id {str(attempt_id)[:80]!r} is not path-safe")
+            raise StepError(f"attempt id {str(attempt_id)[:80]!r} is not path-safe")
         path = self.root / attempt_id
         root = self.root.resolve()
         if path.resolve().parent != root:
-            raise FioError(f"attempt id {attempt_id!r} resolves outside the state directory ({root})")
+            raise StepError(f"attempt id {attempt_id!r} resolves outside the state directory ({root})")
         return path
 
     def get(self, attempt_id: str) -> Attempt | None:
         try:
             path = self.attempt_path(attempt_id)
-        except FioError:
+        except StepError:
             return None
         return Attempt(attempt_id, path) if (path / "start.json").exists() else None
 
@@ -167,7 +167,7 @@ class FioRunner:
                         platform=self.platform)
         off_platform = kinds.platform_refusal(kind, host.platform.name)
         if off_platform:
-            raise FioError(off_platform)
+            raise StepError(off_platform)
         launch = kind.launch(msg, targets, host)       # checked before anything is created
         job, argv = launch.job, list(launch.argv)
         tmp = self.root / f".{msg.attempt_id}.tmp"
@@ -190,7 +190,7 @@ class FioRunner:
         except OSError as e:
             (path / "rc").write_text("127\n")
             (path / "fio.stderr").write_text(f"cannot start fio: {e}\n")
-            raise FioError(f"cannot start {argv[0]}: {e}") from e
+            raise StepError(f"cannot start {argv[0]}: {e}") from e
         launched, launched_mono = time.time(), time.monotonic()
         self._children[msg.attempt_id] = proc
         if self.power is not None and kind.samples_power:     # in its own thread: a BMC never delays the step

@@ -10,7 +10,8 @@
      │    └── ExportBundleError   another lab's export (labctl import) that does not validate
      ├── ProtocolError            a message of the wrong shape or protocol version
      ├── DeviceRefused            an agent refuses a device it has not declared
-     ├── FioError                 fio could not be run, or its output could not be read
+     ├── StepError                a step could not be run as asked (a bad request, a tool that did not start)
+ │    └── FioError            fio could not be run, or its output could not be read
      ├── StepOutputError          a step exited 0 but its output cannot be stored (the attempt ends as an error)
      ├── AppStepError             an application step (database, sysbench, pgbench, external) cannot go on
      ├── NetStepError             a network step cannot measure (wrong MTU, unknown target, a tool failed)
@@ -107,7 +108,13 @@ class DeviceRefused(LabError):
         super().__init__(f"host {host} refuses device {device}: {reason}")
 
 
-class FioError(LabError):
+class StepError(LabError):
+    """A step could not be run as asked: the request itself is wrong (an action without a kind, a part missing,
+    an attempt id that is not path-safe) or its tool did not start. The agent refuses or fails the attempt with
+    ``str(e)``."""
+
+
+class FioError(StepError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         self.path = path
         super().__init__(f"{path}: {message}" if path else message)

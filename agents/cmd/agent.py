@@ -14,7 +14,7 @@ from agents.drivehealth import DEFAULT_HELPER_SOCKET, source_for
 from agents.exporter import AgentCollector, parse_net_decl
 from agents.facts import collect_host_facts, declare_dut
 from agents.power import RedfishPower, load_bmc
-from agents.runner import FioRunner
+from agents.runner import StepRunner
 from agents.statelock import hold_state_dir
 from agents.workloads import Workloads
 from agents.workloads import load as load_workloads
@@ -123,7 +123,7 @@ def main(opts: AgentOptions) -> None:
     lock = hold_state_dir(opts.state_dir)    # noqa: F841  (held until the process ends)
     client = redis_client(opts.broker_url)
     publisher = EventPublisher(client, host)
-    runner = FioRunner(opts.state_dir, opts.fio_binary)
+    runner = StepRunner(opts.state_dir, opts.fio_binary)
     runner.health = source_for(opts.drive_health_socket)
     runner.power = bmc
     agent = Agent(config=config, facts=facts, runner=runner, publish=publisher.send,

@@ -34,7 +34,7 @@ from agents.kinds.base import (
 )
 from labcontract import interlock
 from labcontract.apps import AppStart, expected_seconds
-from labcontract.errors import FioError
+from labcontract.errors import StepError
 from labcontract.protocol import StartStep
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def _release(attempt_dir: Path) -> list[str]:
     try:
         from agents.apps.cleanup import release
     except ImportError as e:
-        raise FioError(f"cannot release attempt {attempt_dir.name}: agents.apps.cleanup is missing ({e}); "
+        raise StepError(f"cannot release attempt {attempt_dir.name}: agents.apps.cleanup is missing ({e}); "
                        "a DB server or mount of the step may be left") from e
     return list(release(attempt_dir))
 
@@ -97,7 +97,7 @@ class AppKind(StepKind):
 
     def interlock(self, msg: StartStep, targets: Targets, host: Host) -> Interlock:
         if msg.app is None:
-            raise FioError('an "app" step without its app part')
+            raise StepError('an "app" step without its app part')
         destructive = targets.external is not None and targets.external.destructive
         op = interlock.app_operation(msg.app.kind, msg.app.phase, destructive)
         return Interlock(op, targets.duts)     # the lab's own filesystem: judged for every kind (interlock_refusal)
@@ -105,9 +105,9 @@ class AppKind(StepKind):
     def launch(self, msg: StartStep, targets: Targets, host: Host) -> Launch:
         app = targets.app or msg.app
         if app is None:
-            raise FioError(f"attempt {msg.attempt_id}: an app step without its app part")
+            raise StepError(f"attempt {msg.attempt_id}: an app step without its app part")
         if app.kind == "external" and targets.external is None:
-            raise FioError(f"attempt {msg.attempt_id}: an external step without its workload's declaration")
+            raise StepError(f"attempt {msg.attempt_id}: an external step without its workload's declaration")
         job = json.dumps(app_spec(msg, app, targets, host), indent=1)
         return Launch({"app-spec.json": job}, (*APPSTEP_ARGV, "app-spec.json", "app.json"), job)
 

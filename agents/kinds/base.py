@@ -17,7 +17,7 @@ from agents.platform import Platform, current
 from labcontract import interlock
 from labcontract.apps import AppStart
 from labcontract.engines import OS_NAMES
-from labcontract.errors import DeviceRefused, FioError
+from labcontract.errors import DeviceRefused, StepError
 from labcontract.facts import DeclaredDut, NetPathDecl, StepKindFact
 from labcontract.live import AppLive, DeviceLive
 from labcontract.protocol import StartStep
@@ -138,19 +138,19 @@ class StepKind(ABC):
         targets = Targets(duts=tuple(duts))
         try:
             lock = self.interlock(msg, targets, host)
-        except FioError as e:
+        except StepError as e:
             return targets, str(e)
         return targets, interlock_refusal(lock, host) or ""
 
     def interlock(self, msg: StartStep, targets: Targets, host: Host) -> Interlock:
-        """What the step does to its DUTs (FioError: the request itself is wrong). Default: reads only."""
+        """What the step does to its DUTs (StepError: the request itself is wrong). Default: reads only."""
         return Interlock(None)
 
     # --- the process ----------------------------------------------------------------------
 
     @abstractmethod
     def launch(self, msg: StartStep, targets: Targets, host: Host) -> Launch:
-        """The files and argv of the attempt (FioError when it cannot be made: nothing is created)."""
+        """The files and argv of the attempt (StepError when it cannot be made: nothing is created)."""
 
     def cleanup(self, attempt_dir: Path) -> list[str]:
         """Release what the attempt's process may have left (idempotent); what was done, one line each."""
@@ -176,10 +176,10 @@ def register(kind: StepKind) -> StepKind:
 
 
 def get(action: str) -> StepKind:
-    """The kind of ``action``; FioError (refused, with the known actions) for an action without one."""
+    """The kind of ``action``; StepError (refused, with the known actions) for an action without one."""
     kind = _REGISTRY.get(action)
     if kind is None:
-        raise FioError(f"action {str(action)[:40]!r} has no step kind on this agent (known: {', '.join(actions())})")
+        raise StepError(f"action {str(action)[:40]!r} has no step kind on this agent (known: {', '.join(actions())})")
     return kind
 
 

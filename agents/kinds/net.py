@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from agents.kinds.base import Host, Launch, StepKind, Targets
-from labcontract.errors import FioError
+from labcontract.errors import StepError
 from labcontract.facts import NetPathDecl
 from labcontract.protocol import StartStep
 
@@ -17,7 +17,7 @@ from labcontract.protocol import StartStep
 def net_spec(msg: StartStep, paths: Sequence[NetPathDecl], *, manage_mtu: bool) -> str:
     """The input of ``agents.netstep``: the message's network part with its paths resolved."""
     if msg.net is None or msg.workload is None:
-        raise FioError(f"attempt {msg.attempt_id}: a network step without its net part or workload")
+        raise StepError(f"attempt {msg.attempt_id}: a network step without its net part or workload")
     return json.dumps({**msg.net.model_dump(mode="json"), "host": msg.host, "manage_mtu": manage_mtu,
                        "workload": msg.workload.model_dump(mode="json"),
                        "paths": [p.model_dump(mode="json") for p in paths]}, indent=1)

@@ -1,4 +1,4 @@
-"""Application steps through the agent's real start path (Agent.start_step -> step kind -> FioRunner -> the real
+"""Application steps through the agent's real start path (Agent.start_step -> step kind -> StepRunner -> the real
 ``python -m agents.appstep``) on a loop DUT: the worked external example (ioping, read-only) and a sysbench
 prepare + run on MariaDB (the run passes the interlock only because the DUT holds the filesystem the prepare
 made). Every step ends released: nothing mounted, no server left."""
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agents.daemon import Agent, AgentConfig
-from agents.runner import FioRunner
+from agents.runner import StepRunner
 from agents.workloads import parse
 from labcontract.apps import AppResult
 from labcontract.facts import DeclaredDut, HostFacts
@@ -57,7 +57,7 @@ def agent(tmp_path: Path, loop_dut: str) -> tuple[Agent, list[Event]]:
     duts = (DeclaredDut(name="dut0", path=loop_dut, kind="block", size_bytes=SIZE),)
     a = Agent(AgentConfig(host="h1", broker_url="redis://unused", state_dir=state, duts=duts,
                           workloads=parse(decl, "workloads.yaml")),
-              HostFacts(hostname="h1"), FioRunner(state), sent.append)
+              HostFacts(hostname="h1"), StepRunner(state), sent.append)
     return a, sent
 
 

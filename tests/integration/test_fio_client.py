@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labcontract.errors import FioError
+from labcontract.errors import StepError
 from labcontract.fiojob import render_job
 from labcontract.fioresult import ALL_CLIENTS, parse_fio_groups, parse_fio_output
 from labcontract.suite import parse_suite
@@ -111,10 +111,10 @@ def test_a_sum_that_disagrees_with_the_servers_is_refused(client_outputs: dict[s
     doc = json.loads(text[text.index(b"{"):])
     total = next(e for e in doc["client_stats"] if e["jobname"] == ALL_CLIENTS)
     total["read"]["total_ios"] += 1
-    with pytest.raises(FioError, match=r"'All clients'.* read I/Os, but the servers' entries sum to"):
+    with pytest.raises(StepError, match=r"'All clients'.* read I/Os, but the servers' entries sum to"):
         parse_fio_output(json.dumps(doc), source="edited.json")
     doc["client_stats"] = [total]
-    with pytest.raises(FioError, match="no server's entry"):
+    with pytest.raises(StepError, match="no server's entry"):
         parse_fio_output(json.dumps(doc), source="edited.json")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents.runner import FioRunner
+from agents.runner import StepRunner
 from labcontract.errors import InputError
 from labcontract.facts import DeclaredDut
 from labcontract.protocol import StartStep
@@ -174,9 +174,9 @@ def test_bad_host_options_are_named(ssh_hosts: SshHosts, tmp_path: Path) -> None
 # --- collect-logs ---------------------------------------------------------------------------------
 
 def make_attempts(host: SshHost, fio: Path) -> list[Path]:
-    """Attempt directories as the agent's FioRunner makes them (fio faked): two of RUN, one of
+    """Attempt directories as the agent's StepRunner makes them (fio faked): two of RUN, one of
     another run; and an agent log. Returns the attempt directories of RUN."""
-    runner = FioRunner(host.state_dir, fio_binary=str(fio))
+    runner = StepRunner(host.state_dir, fio_binary=str(fio))
     suite = parse_suite(QUICK_SUITE, "quick.yaml")
     dut = DeclaredDut(name="dut0", path=str(host.lab_root / "dut0.img"), kind="file", size_bytes=1 << 20)
     made = []

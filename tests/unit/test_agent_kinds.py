@@ -1,7 +1,7 @@
 """The agent's step-kind registry (agents.kinds) and the ``app`` kind: resolution, the interlock for application
 steps (the lab's own filesystem), app-spec.json, cleanup after the process ended, live figures and their export.
 
-Unit tier: a real FioRunner on a temporary state directory, file DUTs, a fake step process (APPSTEP_ARGV) and a
+Unit tier: a real StepRunner on a temporary state directory, file DUTs, a fake step process (APPSTEP_ARGV) and a
 fake release (the real one is agents.apps.cleanup, tested with its module)."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from agents import kinds
 from agents.daemon import DEFAULT_APP_MOUNT_ROOT, Agent, AgentConfig
 from agents.exporter import AgentCollector
 from agents.live import LiveReader
-from agents.runner import FioRunner
+from agents.runner import StepRunner
 from agents.workloads import parse
 from labcontract import interlock
-from labcontract.errors import FioError
+from labcontract.errors import StepError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.live import AppLive
 from labcontract.protocol import Event, StartStep, StepEnded, StepStarted
@@ -61,7 +61,7 @@ def agent(tmp_path: Path) -> Iterator[tuple[Agent, list[Event], Path]]:
     sent: list[Event] = []
     a = Agent(AgentConfig(host="h1", broker_url="redis://unused", state_dir=state, duts=duts,
                           workloads=parse(WORKLOADS, "w.yaml")),
-              HostFacts(hostname="h1"), FioRunner(state), sent.append)
+              HostFacts(hostname="h1"), StepRunner(state), sent.append)
     yield a, sent, tmp_path
     for attempt in a.runner.pending():          # a failed test leaves no process behind
         if a.runner.running(attempt):
@@ -94,7 +94,7 @@ def test_each_action_resolves_to_its_one_kind() -> None:
 
 
 def test_an_unknown_action_is_refused() -> None:
-    with pytest.raises(FioError, match="has no step kind"):
+    with pytest.raises(StepError, match="has no step kind"):
         kinds.get("rm-rf")
 
 
@@ -368,7 +368,7 @@ def test_a_restarted_agent_releases_an_app_step_that_ended_while_it_was_away(
     attempt.file("go").write_text("")
     wait_for(lambda: attempt.file("rc").exists() and not a.runner.running(attempt))
     sent2: list[Event] = []
-    b = Agent(a.config, a.facts, FioRunner(a.config.state_dir), sent2.append)
+    b = Agent(a.config, a.facts, StepRunner(a.config.state_dir), sent2.append)
     b.register()                       # its release starts, in a thread of its own
     wait_for(lambda: fake_step == [attempt.path] and not b.runner.releasing(attempt))
     b.check_attempts()

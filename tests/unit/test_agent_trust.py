@@ -1,6 +1,6 @@
 """The agent trusts nothing it receives (issue 12, item 1) and keeps its deadlines on its own monotonic clock
 (item 6): start messages validated as strictly as a suite, path-safe attempt directories, the interlock run on
-the job file actually rendered. Unit tier: a real FioRunner on a temporary state directory and file DUTs; the
+the job file actually rendered. Unit tier: a real StepRunner on a temporary state directory and file DUTs; the
 checks refuse before anything is launched, so no fio runs here."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 import agents.kinds.fio as fio_kind
 import agents.runner as runner_mod
 from agents.daemon import Agent, AgentConfig
-from agents.runner import FioRunner
+from agents.runner import StepRunner
 from labcontract import interlock
-from labcontract.errors import FioError
+from labcontract.errors import StepError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.protocol import Event, StartStep, StepEnded
 
@@ -32,7 +32,7 @@ def agent(tmp_path: Path) -> tuple[Agent, list[Event], Path]:
     state = tmp_path / "state"
     sent: list[Event] = []
     a = Agent(AgentConfig(host="h1", broker_url="redis://unused", state_dir=state, duts=duts),
-              HostFacts(hostname="h1", fio_version="fio-3.33"), FioRunner(state), sent.append)
+              HostFacts(hostname="h1", fio_version="fio-3.33"), StepRunner(state), sent.append)
     return a, sent, tmp_path
 
 
@@ -68,14 +68,14 @@ def test_an_attempt_id_that_is_not_path_safe_creates_nothing(agent: tuple[Agent,
     a.start_step(payload(str(tmp / "dut0.img"), attempt_id=attempt_id))
     assert refusals(sent) == []            # logged: an id like that names no attempt the controller knows
     assert created(tmp) == ["state", "state/attempts"]
-    with pytest.raises(FioError, match="not path-safe"):
+    with pytest.raises(StepError, match="not path-safe"):
         a.runner.attempt_path(attempt_id)
 
 
 def test_the_runner_refuses_an_unsafe_id_even_from_a_valid_looking_message(tmp_path: Path) -> None:
-    runner = FioRunner(tmp_path / "state")
+    runner = StepRunner(tmp_path / "state")
     msg = StartStep.model_construct(**{**payload("/x"), "attempt_id": "../../ESCAPED", "workload": None})
-    with pytest.raises(FioError, match="not path-safe"):
+    with pytest.raises(StepError, match="not path-safe"):
         runner.start(msg, [])
     assert not (tmp_path / "ESCAPED").exists()
 
@@ -123,8 +123,8 @@ def test_a_host_mismatch_and_a_non_mapping_payload_are_refused(agent: tuple[Agen
 
 # --- deadlines on the agent's monotonic clock ----------------------------------------------------------
 
-def attempt_with_state(tmp_path: Path, **state: Any) -> tuple[FioRunner, runner_mod.Attempt]:
-    runner = FioRunner(tmp_path / "state")
+def attempt_with_state(tmp_path: Path, **state: Any) -> tuple[StepRunner, runner_mod.Attempt]:
+    runner = StepRunner(tmp_path / "state")
     path = runner.root / "r1-s000-a1"
     path.mkdir()
     (path / "state.json").write_text(json.dumps(state))
@@ -202,7 +202,7 @@ def test_an_oversized_artifact_never_keeps_the_end_from_being_reported(tmp_path:
     never reported): fio.stderr is sent as its last MiB, anything else too big is left out and the end says so."""
     monkeypatch.setattr(runner_mod, "ARTIFACT_MAX_BYTES", 4096)
     monkeypatch.setattr(runner_mod, "STDERR_TAIL_BYTES", 1024)
-    runner = FioRunner(tmp_path / "state", "fio")
+    runner = StepRunner(tmp_path / "state", "fio")
     attempt = runner_mod.Attempt("r1-s000-a1", runner.attempt_path("r1-s000-a1"))
     attempt.path.mkdir(parents=True)
     attempt.file("rc").write_text("0\n")

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.cmd.agent import advertised_address
 from agents.daemon import Agent, AgentConfig, LivePublisher
 from agents.exporter import AgentCollector, parse_net_path
-from agents.runner import Attempt, FioRunner
+from agents.runner import Attempt, StepRunner
 from labcontract import telemetry as T
 from labcontract.errors import ConfigError
 from labcontract.facts import DeclaredDut, HostFacts
@@ -65,7 +65,7 @@ def make_agent(tmp_path: Path, clock: Clock | None = None) -> Agent:
     config = AgentConfig(host="h1", broker_url="redis://unused", state_dir=tmp_path,
                          duts=(DeclaredDut(name="dut0", path="/dev/sdx", kind="block", size_bytes=1 << 30),),
                          heartbeat_s=2.0)
-    agent = Agent(config=config, facts=HostFacts(hostname="h1"), runner=FioRunner(tmp_path), publish=lambda e: None)
+    agent = Agent(config=config, facts=HostFacts(hostname="h1"), runner=StepRunner(tmp_path), publish=lambda e: None)
     agent.started_at = (clock or Clock())()
     return agent
 

@@ -20,7 +20,7 @@ import pytest
 
 from agents import drivehealth as agent_health
 from agents.daemon import Agent, AgentConfig
-from agents.runner import FioRunner
+from agents.runner import StepRunner
 from labcontract.drivehealth import (
     ARTIFACT,
     ARTIFACT_MAX_BYTES,
@@ -183,7 +183,7 @@ def agent(tmp_path: Path) -> Iterator[tuple[Agent, list[Event], Path]]:
         fh.truncate(64 << 20)
     state = tmp_path / "state"
     sent: list[Event] = []
-    runner = FioRunner(state)
+    runner = StepRunner(state)
     a = Agent(AgentConfig(host="h1", broker_url="redis://unused", state_dir=state,
                           duts=(DeclaredDut(name="dut0", path=str(dut), kind="file", size_bytes=64 << 20),)),
               HostFacts(hostname="h1"), runner, sent.append)

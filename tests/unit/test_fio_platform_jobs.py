@@ -21,7 +21,7 @@ from agents.kinds.fio import KIND, checked_job, written_duts
 from agents.platform import Platform, current
 from agents.platform.linux import LinuxPlatform
 from agents.platform.windows import WindowsPlatform
-from labcontract.errors import FioError
+from labcontract.errors import StepError
 from labcontract.facts import DeclaredDut
 from labcontract.fiojob import check_job, render_job
 from labcontract.protocol import StartStep
@@ -144,22 +144,22 @@ def test_every_suite_engine_has_a_rule_on_each_platform() -> None:
         for p in (LINUX, WINDOWS):
             try:
                 assert p.fio_engine(engine) in p.ioengines
-            except FioError as e:
+            except StepError as e:
                 assert (p.name, engine) in {("linux", "windowsaio"), ("windows", "pvsync2")}, e
 
 
 def test_pvsync2_on_windows_is_refused_with_the_reason() -> None:
-    with pytest.raises(FioError, match=r"pvsync2 .* no Windows counterpart.*this agent runs on Windows"):
+    with pytest.raises(StepError, match=r"pvsync2 .* no Windows counterpart.*this agent runs on Windows"):
         checked_job(start(workload(ioengine="pvsync2"), [drive(2)]), [drive(2)], WINDOWS)
-    with pytest.raises(FioError, match="not an engine fio has on Windows"):
+    with pytest.raises(StepError, match="not an engine fio has on Windows"):
         WINDOWS.fio_engine("nbd")
 
 
 def test_windowsaio_on_linux_is_refused_with_the_reason() -> None:
     duts = [block("/dev/loop9")]
-    with pytest.raises(FioError, match="windowsaio is Windows' engine; this agent runs on Linux"):
+    with pytest.raises(StepError, match="windowsaio is Windows' engine; this agent runs on Linux"):
         checked_job(start(workload(ioengine="windowsaio"), duts), duts, LINUX)
-    with pytest.raises(FioError, match="not an engine of Linux fio"):
+    with pytest.raises(StepError, match="not an engine of Linux fio"):
         LINUX.fio_engine("nbd")
 
 
@@ -185,13 +185,13 @@ def test_the_suite_and_the_checker_take_windowsaio() -> None:
 ])
 def test_every_other_backslash_form_is_refused(filename: str) -> None:
     text = with_filename(render_job(workload(), "/dev/loop9"), filename)
-    with pytest.raises(FioError, match="job file refused: line 2"):
+    with pytest.raises(StepError, match="job file refused: line 2"):
         check_job(text)
 
 
 def test_the_contract_path_is_validated_before_it_is_spelled() -> None:
     for bad in ("\\\\.\\PhysicalDrive2", "PhysicalDrive2", "//./PhysicalDrive2\nrw=write"):
-        with pytest.raises(FioError, match="not a plain absolute path"):
+        with pytest.raises(StepError, match="not a plain absolute path"):
             render_job(workload(), bad, spell=WINDOWS.fio_filename)
 
 
@@ -202,18 +202,18 @@ def test_the_contract_path_is_validated_before_it_is_spelled() -> None:
     ("${LAB_DUT}", "reads back as"),
 ])
 def test_a_spelling_the_checker_would_refuse_is_refused_at_render(spelled: str, why: str) -> None:
-    with pytest.raises(FioError, match=re.escape(why)):
+    with pytest.raises(StepError, match=re.escape(why)):
         render_job(workload(), "//./PhysicalDrive2", spell=lambda _: spelled)
 
 
 def test_a_spelling_with_a_final_newline_does_not_read_back() -> None:
     # refused as a path before it is rendered: the path check ends in \Z (a final newline passed a '$')
-    with pytest.raises(FioError, match="not a plain absolute path"):
+    with pytest.raises(StepError, match="not a plain absolute path"):
         render_job(workload(), "/dev/loop9", spell=lambda p: p + "\n")
 
 
 def test_a_leading_zero_drive_does_not_read_back_as_its_dut() -> None:
-    with pytest.raises(FioError, match=re.escape("reads back as '//./PhysicalDrive2'")):
+    with pytest.raises(StepError, match=re.escape("reads back as '//./PhysicalDrive2'")):
         render_job(workload(), "//./PhysicalDrive02", spell=WINDOWS.fio_filename)
 
 
@@ -221,12 +221,12 @@ def test_a_job_naming_a_drive_that_is_not_a_declared_dut_is_refused() -> None:
     text = render_job(workload(ioengine="windowsaio"), "//./PhysicalDrive3", spell=WINDOWS.fio_filename)
     sections = check_job(text)
     assert sections[0].filenames == ("//./PhysicalDrive3",)
-    with pytest.raises(FioError, match=re.escape("opens //./PhysicalDrive3, not a declared DUT this step names "
+    with pytest.raises(StepError, match=re.escape("opens //./PhysicalDrive3, not a declared DUT this step names "
                                                  "(//./PhysicalDrive2)")):
         written_duts(sections, [drive(2)])
     assert written_duts(sections, [drive(2), drive(3)]) == (drive(3),)
     group = render_job(workload(), ["//./PhysicalDrive2", "//./PhysicalDrive3"], spell=WINDOWS.fio_filename)
-    with pytest.raises(FioError, match=re.escape("opens //./PhysicalDrive3")):
+    with pytest.raises(StepError, match=re.escape("opens //./PhysicalDrive3")):
         written_duts(check_job(group), [drive(2)])
 
 

@@ -26,7 +26,7 @@ from agents.netmeasure import (
     render_nbd_job,
     split_reports,
 )
-from labcontract.errors import FioError, LabError
+from labcontract.errors import LabError, StepError
 from labcontract.fioresult import parse_fio_groups
 from labcontract.suite import Workload, load_suite
 
@@ -197,9 +197,9 @@ def test_samples_carry_on_over_the_ramp_time_reset() -> None:
 
 
 def test_no_report_is_a_fio_error() -> None:
-    with pytest.raises(FioError, match="no fio report"):
+    with pytest.raises(StepError, match="no fio report"):
         fio_path_result(TARGETS[0], "x", "fio: failed to connect\n", 1, 0.0)
-    with pytest.raises(FioError, match="no job"):
+    with pytest.raises(StepError, match="no job"):
         fio_path_result(TARGETS[0], "other", fixture("fio-failure-ini0.a.json"), 0, 0.0)
 
 

@@ -31,10 +31,10 @@ def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 
 def test_a_runner_uses_the_platform_it_is_given(tmp_path: Path) -> None:
-    from agents.runner import FioRunner
+    from agents.runner import StepRunner
 
-    assert FioRunner(tmp_path).platform is current()
-    assert isinstance(FioRunner(tmp_path, platform=for_name("windows")).platform, WindowsPlatform)
+    assert StepRunner(tmp_path).platform is current()
+    assert isinstance(StepRunner(tmp_path, platform=for_name("windows")).platform, WindowsPlatform)
 
 
 def test_the_linux_platform_implements_every_method_of_the_interface() -> None:

@@ -20,9 +20,9 @@ from agents.kinds import Host, Interlock, interlock_refusal
 from agents.platform import PLATFORM_METHODS
 from agents.platform import windows as win
 from agents.platform.linux import LinuxPlatform
-from agents.runner import FioRunner
+from agents.runner import StepRunner
 from labcontract import interlock
-from labcontract.errors import FioError
+from labcontract.errors import StepError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.protocol import Event, StartStep, StepEnded
 
@@ -218,7 +218,7 @@ def test_the_start_interlock_and_the_registration_observe_through_the_platform(t
     assert interlock_refusal(Interlock("write", (drive(1, "nvme1"),)), host) is None
     state = tmp_path / "state"
     a = Agent(AgentConfig(host="w1", broker_url="redis://unused", state_dir=state, duts=(drive(2),)),
-              HostFacts(hostname="w1", os_family="windows"), FioRunner(state, platform=platform), lambda e: None)
+              HostFacts(hostname="w1", os_family="windows"), StepRunner(state, platform=platform), lambda e: None)
     assert a.observe(drive(2)).signatures == (interlock.Signature(type="gpt", kind="partition_table"),)
 
 
@@ -246,11 +246,11 @@ def test_a_windows_agent_refuses_a_linux_only_kind_as_a_failed_start(tmp_path: P
     state = tmp_path / "state"
     sent: list[Event] = []
     a = Agent(AgentConfig(host="w1", broker_url="redis://unused", state_dir=state, duts=(drive(2),)),
-              HostFacts(hostname="w1", os_family="windows"), FioRunner(state, platform=platform), sent.append)
+              HostFacts(hostname="w1", os_family="windows"), StepRunner(state, platform=platform), sent.append)
     a.start_step(purge_start("//./PhysicalDrive2"))
     assert [(e.outcome, e.reason) for e in sent if isinstance(e, StepEnded)] == [
         ("refused", "step kind purge runs on Linux agents only (docs/windows.md)")]
     assert disks.asked == [] and list((state / "attempts").iterdir()) == []
-    with pytest.raises(FioError, match="step kind purge runs on Linux agents only"):   # the runner, directly
+    with pytest.raises(StepError, match="step kind purge runs on Linux agents only"):   # the runner, directly
         a.runner.start(StartStep.model_validate(purge_start("//./PhysicalDrive2")), duts=[drive(2)])
     assert list((state / "attempts").iterdir()) == []

@@ -22,7 +22,7 @@ from agents.power import (
     odata_path,
     power_control_watts,
 )
-from agents.runner import FioRunner
+from agents.runner import StepRunner
 from labcontract.errors import ConfigError, ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
 from labcontract.power import ARTIFACT as POWER_ARTIFACT
@@ -139,7 +139,7 @@ def test_the_agent_sends_the_steps_power_and_a_restart_says_it_lost_it(tmp_path:
         fh.truncate(64 << 20)
     state = tmp_path / "state"
     sent: list[Event] = []
-    runner = FioRunner(state)
+    runner = StepRunner(state)
     a = Agent(AgentConfig(host="h1", broker_url="redis://unused", state_dir=state,
                           duts=(DeclaredDut(name="dut0", path=str(dut), kind="file", size_bytes=64 << 20),)),
               HostFacts(hostname="h1"), runner, sent.append)
@@ -170,7 +170,7 @@ def test_the_agent_sends_the_steps_power_and_a_restart_says_it_lost_it(tmp_path:
         assert attempt is not None
         runner._power.pop("r1-s000-a2").stop()      # what a restart loses: the sampler lived in the old process
         wait_for(lambda: not runner.running(attempt), 30, "fio to end")
-        again = FioRunner(state)
+        again = StepRunner(state)
         again.power = runner.power
         end2 = again.collect(attempt, "h1")
         (art2,) = [x for x in end2.artifacts if x.name == POWER_ARTIFACT]

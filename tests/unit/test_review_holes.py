@@ -99,7 +99,7 @@ def test_an_agent_cannot_delete_or_expire_its_events_stream(tmp_path: Any) -> No
 @pytest.mark.parametrize("path", ["/srv/lab dut.img", "/srv/a=b.img", "/srv/$x.img", "/srv/x;y", "x/rel"])
 def test_a_dut_path_fio_cannot_take_is_refused_at_declaration(tmp_path: Any, path: str) -> None:
     """A DUT whose path the controller cannot render (a file-backed DUT '/srv/lab dut.img') was accepted at
-    registration and at submit; the first scheduling pass then raised FioError and the controller exited (and
+    registration and at submit; the first scheduling pass then raised StepError and the controller exited (and
     again at every restart: the run stays queued). Refused in the Register (the controller dead-letters it)."""
     from pydantic import ValidationError
 
