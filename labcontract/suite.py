@@ -59,7 +59,15 @@ from labcontract.appsuite import (
     with_app_overrides,
 )
 from labcontract.errors import Problem, SuiteError
-from labcontract.fioextra import CHECKS, EXTENDED, INTS, bssplit_max, cross_problems
+from labcontract.fioextra import (
+    CHECKS,
+    EXTENDED,
+    FIO_KIND_VERSION,
+    INTS,
+    bssplit_max,
+    cross_problems,
+    needed_fio_version,
+)
 from labcontract.suitebase import Retry, check_op_modes, problems_from
 from labcontract.suitebounds import load_yaml, raw_cell_count
 from labcontract.units import format_size, parse_duration, parse_size
@@ -83,6 +91,7 @@ MAX_RUNTIME_S = 7 * 86400             # a runtime (or precondition round) of at 
 MAX_RAMP_S = 86400                    # a ramp time of at most 1 day
 MAX_FOOTPRINT_BYTES = 1 << 50         # an absolute footprint of at most 1 PiB (and the DUT's size, at submit)
 MAX_IODEPTH, MAX_NUMJOBS = 65536, 4096
+MAX_LOAD_POINTS = 20                  # points of a latency-vs-load curve (load_curve), besides its maximum
 MAX_INFLIGHT_BYTES = 16 << 30         # numjobs x iodepth x bs: the I/O buffers fio allocates per device
 MIN_FOOTPRINT_PCT = 0.01
 
@@ -199,11 +208,24 @@ class WorkloadOptions(ExtendedOptions):
 SWEEPABLE = tuple(WorkloadOptions.model_fields)
 
 
+LoadPct = Annotated[int, Field(strict=True, ge=1, le=99)]
+
+
 class ProfileEntry(WorkloadOptions):
     name: Annotated[str, Field(pattern=_NAME.pattern)]
     sweep: dict[str, list[Any]] = {}
     ladder: dict[Literal["numjobs", "iodepth"], list[Any]] = {}
     precondition: bool = True
+    # a latency-vs-load curve (docs/suites.md): after the cell's own measurement (its maximum), the cell again
+    # rate-limited to each of these percentages of the IOPS it reached
+    load_curve: Annotated[list[LoadPct], Field(max_length=MAX_LOAD_POINTS)] = []
+
+    @field_validator("load_curve")
+    @classmethod
+    def _load_curve(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError("a percentage is listed twice")
+        return sorted(v)
 
 
 class Workload(ExtendedOptions):
@@ -364,6 +386,7 @@ class Cell(BaseModel):
     dims: dict[str, Any]          # the swept values that make this cell (empty for a plain profile)
     workload: Workload
     precondition: bool
+    load_curve: tuple[int, ...] = ()   # percentages of the cell's maximum measured after it (a load curve)
 
 
 class Suite(BaseModel):
@@ -464,7 +487,8 @@ def _expand(doc: SuiteDocument, *, combine: bool = True) -> tuple[list[Cell], li
     for op_mode, net_dims, (i, prof) in itertools.product(doc.op_modes, outer, enumerate(doc.profiles)):
         where = f"profiles[{i}]"
         fixed = {**defaults, **prof.model_dump(exclude_none=True,
-                                               exclude={"name", "sweep", "ladder", "precondition"})}
+                                               exclude={"name", "sweep", "ladder", "precondition",
+                                                        "load_curve"})}
         dims: dict[str, list[Any]] = {}
         for section, mapping in (("sweep", prof.sweep), ("ladder", prof.ladder)):
             for key, values in mapping.items():
@@ -504,6 +528,20 @@ def _expand(doc: SuiteDocument, *, combine: bool = True) -> tuple[list[Cell], li
                 problems.append(Problem(f"{where}.rw", "network.tool block reads the target's LUN through the "
                                                        "initiator's kernel (it does not own it): rw read or randread"))
                 break
+            if prof.load_curve and (limited := [k for k in ("rate", "rate_iops") if merged.get(k) is not None]):
+                problems.append(Problem(f"{where}.load_curve", f"the curve sets each point's rate itself: "
+                                                               f"{' and '.join(limited)} may not be set too"))
+                break
+            if prof.load_curve and rw in MIXED and merged.get("rwmixread") not in (0, 100):
+                problems.append(Problem(f"{where}.load_curve", f"rw={rw} with rwmixread {merged.get('rwmixread')}: "
+                                        "a curve's points need per-direction rates to keep the mix (fio's single "
+                                        "rate_iops caps reads and writes alike and lets the mix drift toward "
+                                        "50/50); a curve takes a read-only or write-only workload"))
+                break
+            if net is not None and prof.load_curve:
+                problems.append(Problem(f"{where}.load_curve", "not available in a network suite (its initiators "
+                                                               "run their own fio jobs)"))
+                break
             if net is not None and (extra := [k for k in EXTENDED if merged.get(k) is not None]):
                 problems.append(Problem(f"{where}.{extra[0]}", f"{', '.join(extra)}: not available in a network "
                                                                "suite (its initiators run their own fio jobs)"))
@@ -521,7 +559,8 @@ def _expand(doc: SuiteDocument, *, combine: bool = True) -> tuple[list[Cell], li
                 problems += problems_from(e, where)
                 break
             cells.append(Cell(profile=prof.name, op_mode=op_mode, dims=point, workload=workload,
-                              precondition=prof.precondition and doc.phases.precondition is not None))
+                              precondition=prof.precondition and doc.phases.precondition is not None,
+                              load_curve=tuple(prof.load_curve)))
     return cells, problems
 
 
@@ -607,7 +646,8 @@ def count_steps(cells: list[Cell], phases: Phases, network: Network | None = Non
         # the host's provisioning, facts before and after; the purges become dut_state steps, and each
         # OP mode starts with one
         purges += 3 + (0 if phases.purge else len(dict.fromkeys(c.op_mode for c in cells)))
-    return len(cells) * repeat + groups + purges
+    points = sum(len(c.load_curve) for c in cells)      # a load curve's points follow its cell's measurement
+    return (len(cells) + points) * repeat + groups + purges
 
 
 def _load(text: object, source: str) -> dict[str, Any]:
@@ -695,6 +735,19 @@ def steps_of(suite: Suite) -> int:
     return count_steps(list(suite.cells), suite.phases, suite.network, suite.repeat)
 
 
+def fio_options_used(suite: Suite) -> list[str]:
+    """The suite keys that need the agent's fio kind at :data:`~labcontract.fioextra.FIO_KIND_VERSION`: the extended
+    options its workloads set, and ``load_curve`` (its points are rate-limited with ``rate_iops``)."""
+    used = sorted({k for w in suite.workloads for k in EXTENDED if w.__dict__.get(k) is not None})
+    return used + (["load_curve"] if any(c.load_curve for c in suite.cells) else [])
+
+
+def fio_kind_version(suite: Suite) -> int:
+    """The least version of the agent's fio kind that runs every step ``suite`` plans or a load curve adds."""
+    need = needed_fio_version(w.__dict__ for w in suite.workloads)
+    return max(need, FIO_KIND_VERSION) if any(c.load_curve for c in suite.cells) else need
+
+
 def measured_points(suite: Suite) -> int:
     """Measured cells of a storage suite; an application suite's points (ladder x OP modes)."""
     if suite.app is not None:
@@ -708,7 +761,7 @@ def measured_seconds(suite: Suite) -> int:
     if suite.app is not None:
         warmup = 0 if isinstance(suite.app, ExternalParams) else suite.app.warmup
         return measured_points(suite) * (suite.app.time + warmup) * suite.repeat
-    return sum(w.expected_seconds for w in suite.workloads) * suite.repeat
+    return sum(c.workload.expected_seconds * (1 + len(c.load_curve)) for c in suite.cells) * suite.repeat
 
 
 def _valid_part(data: dict[str, Any], exc: ValidationError) -> tuple[SuiteDocument | None, list[int]]:

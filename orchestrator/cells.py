@@ -14,9 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from labcontract.loadcurve import CURVE, POINT
+
 # keys of Step.cell that never identify a cell: the precondition round, a network step's host role, tool and
-# the lab's own path names (two labs with differently named paths still compare)
-_NOT_IDENTITY = frozenset({"round", "role", "tool", "phase", "net_paths", "repeat"})
+# the lab's own path names (two labs with differently named paths still compare), a load curve's percentages
+# (its maximum is the cell's own measurement; each point is identified by its ``load_pct``)
+_NOT_IDENTITY = frozenset({"round", "role", "tool", "phase", "net_paths", "repeat", CURVE})
 
 CellKey = tuple[tuple[str, str], ...]
 
@@ -127,6 +130,8 @@ def cell_label(cell: Mapping[str, Any], workload: Mapping[str, Any] | None = Non
     if "paths" in d:
         paths = str(d.pop("paths"))
         words.append({"multi": "multipath", "single": "single path"}.get(paths, f"{paths} path"))
+    if POINT in d:                               # a load curve's point (labcontract.loadcurve)
+        words.append(f"at {d.pop(POINT)}% load")
     words += [f"{k}={v}" for k, v in sorted(d.items())]
     if not words:                # nothing but a profile (a key alone): ``4k-randread`` / ``4k-randread (hp:20)``
         return " ".join([str(profile or "(cell)"), *([f"({op_mode})"] if op_mode else [])])

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from labcontract.loadcurve import POINT
 from orchestrator.cells import CellKey, cell_key, cell_label, key_label, needs_op_mode
 from orchestrator.provenance import Provenance, ReadArtifact, describe
 from orchestrator.queries import RunDetail
@@ -83,12 +84,16 @@ class RunView:
     def hatch(self, op_mode: str) -> str:
         return MODE_HATCHES[mode_rank(op_mode)]
 
-    def measured(self, kind: str = "measure") -> Iterator[tuple[Step, Result]]:
+    def measured(self, kind: str = "measure", *, load_points: bool = False) -> Iterator[tuple[Step, Result]]:
         """Steps of ``kind`` with a stored result, in plan order. A repeated cell (``repeat: N``) comes once, at
         its first measured repeat, with the mean of its repeats' results (:func:`mean_result`): every chart
-        draws a repeated cell's mean, and the repeats section its interval."""
+        draws a repeated cell's mean, and the repeats section its interval. A load curve's points (rate-limited
+        steps after a cell's maximum: labcontract.loadcurve) only with ``load_points``: they are the load-curve
+        chart's, and would stand as cells of their own in every other chart."""
         repeats: dict[CellKey, list[tuple[Step, Result]]] = {}
         for st in self.detail.steps:
+            if not load_points and POINT in st.cell:
+                continue
             res = self.detail.results.get(st.id)
             if st.kind == kind and res is not None and (kind != "app" or st.cell.get("phase") != "prepare"):
                 repeats.setdefault(cell_key(st.cell, with_op_mode=True), []).append((st, res))

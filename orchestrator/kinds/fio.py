@@ -22,7 +22,7 @@ from labcontract.protocol import StartStep
 from labcontract.suite import Workload
 from orchestrator.kinds.base import KindContext
 from orchestrator.kinds.common import BaseKind, ctx_of, generic_start, result_provenance, run_devices
-from orchestrator.runs import opmode, preconditioning
+from orchestrator.runs import loadcurve, opmode, preconditioning
 from orchestrator.states import StepState
 from orchestrator.store.models import Attempt, Result, Run, Step
 
@@ -59,7 +59,7 @@ class FioKind(BaseKind):
     def _store(self, ctx: KindContext, s: Session, att: Attempt, raw: bytes,
                health: dict[str, Any] | None = None, stored: Mapping[str, bytes] | None = None) -> None:
         """Parse fio's output and store the result; a precondition round also decides whether another
-        round follows."""
+        round follows, a load curve's maximum adds the curve's points."""
         step, run = att.step, att.step.run
         source = f"attempt {att.id} fio.json"
         per_device: dict[str, Any] | None = None
@@ -92,6 +92,14 @@ class FioKind(BaseKind):
         if power is not None:
             result.provenance = {**(result.provenance or {}), "power": power}
         s.add(result)
+        if loadcurve.is_maximum(step):
+            points, left_out = loadcurve.points_after(run, step, metrics)
+            run.steps.extend(points)
+            if left_out:
+                step.note = f"{step.note}; {left_out}" if step.note else left_out
+                log.warning("%s", left_out, extra=ctx_of(att))
+            log.info("load curve: %d point(s) queued after the maximum (%.0f IOPS)", len(points),
+                     metrics.combined.iops or 0.0, extra=ctx_of(att))
         if step.kind == "precondition":
             nxt = preconditioning.after_round(s, run, step, metrics, ctx.clock())
             if nxt is not None:

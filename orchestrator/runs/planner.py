@@ -12,6 +12,10 @@ default) runs the segment's cells once, then all again, ...; a segment is a prec
 the steady state they were preconditioned to) or the cells of an OP mode without preconditioning. Drift of the
 device or the host over the segment then spreads over every cell's repeats instead of landing on one cell.
 ``back_to_back`` runs each cell's repeats in a row (a cell's spread then shows short-term noise only).
+
+A cell with a ``load_curve`` is measured as usual (its maximum); its cell holds the curve's percentages, and
+when its result is stored the controller adds one rate-limited step per percentage right after it
+(:mod:`orchestrator.runs.loadcurve`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from labcontract.apps import ExternalParams
 from labcontract.appsuite import app_start, fs_size_bytes, ladder, point_dim, test_name
 from labcontract.fioextra import NOT_IN_PRECONDITION
 from labcontract.fiojob import render_job, workload_lines
+from labcontract.loadcurve import CURVE
 from labcontract.suite import (
     Cell,
     Precondition,
@@ -151,7 +156,8 @@ def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
                 w = c.workload if suite.repeat == 1 else \
                     c.workload.model_copy(update={"name": repeated(c.workload.name, k, suite.repeat)})
                 rep = {"repeat": k} if suite.repeat > 1 else {}
-                add("measure", w.name, w, {"op_mode": op_mode, "profile": c.profile, **c.dims, **rep}, note)
+                curve = {CURVE: list(c.load_curve)} if c.load_curve else {}   # its points follow its result
+                add("measure", w.name, w, {"op_mode": op_mode, "profile": c.profile, **c.dims, **rep, **curve}, note)
     if provision:
         add("facts", "facts.after", None, {"phase": "after"})
     return steps

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from labcontract.fioextra import needed_fio_version
-from labcontract.suite import Precondition, Workload
+from labcontract.loadcurve import CURVE
+from labcontract.suite import Precondition, Workload, fio_kind_version
 from orchestrator.runs.health import unavailable
+from orchestrator.runs.loadcurve import is_maximum
 from orchestrator.runs.netgroups import hosts_of
 from orchestrator.runs.preconditioning import precondition_of, suite_of
 from orchestrator.states import ACTIVE_STEP, RunState, StepState
@@ -144,7 +145,7 @@ def run_needs(run: Run, needs: Mapping[str, tuple[str, int]]) -> Mapping[str, tu
     if run.topology:
         return needs
     try:
-        version = needed_fio_version(w.__dict__ for w in suite_of(run).workloads)
+        version = fio_kind_version(suite_of(run))
     except Exception:  # a stored suite always parsed once; never let a judgement break scheduling
         return needs
     if version <= 1:
@@ -173,6 +174,8 @@ def step_seconds(step: Step, pc: Precondition | None, *, upper: bool) -> float:
     if step.workload is None:
         return 60.0                                   # a purge: discard is quick on SSDs
     seconds = float(Workload.model_validate(step.workload).expected_seconds)
+    if is_maximum(step):                              # its curve's points follow it, once it has a result
+        seconds *= 1 + len(step.cell.get(CURVE) or [])
     if step.kind == "precondition" and pc is not None:
         rounds_left = (pc.max_rounds if upper else pc.window) - step.round + 1
         seconds *= max(rounds_left, 1)

@@ -18,8 +18,15 @@ from sqlalchemy.orm import Session
 
 from labcontract.engines import OS_NAMES, engine_for, engine_problem
 from labcontract.errors import FioError, Problem
-from labcontract.fioextra import EXTENDED, URING_ONLY, needed_fio_version
-from labcontract.suite import Suite, capacity_problems, override_problems, repeat_problems
+from labcontract.fioextra import URING_ONLY
+from labcontract.suite import (
+    Suite,
+    capacity_problems,
+    fio_kind_version,
+    fio_options_used,
+    override_problems,
+    repeat_problems,
+)
 from orchestrator.runs.netgroups import net_problems
 from orchestrator.runs.planner import net_hosts_of
 from orchestrator.store.models import Device, Host, find_device
@@ -138,10 +145,10 @@ def fio_version_problems(suite: Suite, host: Host) -> list[Problem]:
     """The suite's extended fio options (labcontract.fioextra) when the host's agent announced a fio kind too old to
     know them; an agent that announced no kinds is not judged here (it refuses a start it cannot read)."""
     have = (host.step_kinds or {}).get("fio")
-    need = needed_fio_version(w.__dict__ for w in suite.workloads)
+    need = fio_kind_version(suite)
     if have is None or have >= need:
         return []
-    used = sorted({k for w in suite.workloads for k in EXTENDED if w.__dict__.get(k) is not None})
+    used = fio_options_used(suite)
     return [Problem(used[0], f"{', '.join(used)}: host {host.name}'s agent runs fio steps at version {have}; these "
                              f"options need version {need} or later: upgrade the agent")]
 

@@ -9,6 +9,7 @@ from orchestrator.htmlreport.charts import (  # noqa: F401
     groups,
     heatmap,
     latency,
+    loadcurve,
     network,
     power,
     precondition,

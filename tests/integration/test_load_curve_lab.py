@@ -1,0 +1,57 @@
+"""A latency-vs-load curve on the embedded lab (real controller, agent, fio on a loop DUT): the points run right
+after their maximum, rate-limited by fio to their share of it, and the HTML report draws latency against the
+IOPS each point achieved, checked in headless Chromium; a screenshot is kept in docs/."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import start_lab
+
+CURVE = """\
+suite: curve
+description: 4K random read at its maximum, then at 25% and 50% of it
+profiles:
+  - {name: 4k-randread, rw: randread, bs: 4k, iodepth: 8, runtime: 3s, load_curve: [25, 50]}
+"""
+
+
+def test_a_load_curve_runs_and_is_drawn(tmp_path: Path, chromium: Any) -> None:
+    handle = start_lab(tmp_path / "lab")
+    try:
+        run_id = handle.submit(CURVE)
+        detail = handle.wait_run(run_id, timeout=180)
+        assert detail.run.state == "SUCCEEDED", detail.run.reason
+        measured = [st for st in detail.steps if st.kind == "measure"]
+        assert [st.name for st in measured] == ["4k-randread", "4k-randread.load25", "4k-randread.load50"]
+        top, p25, p50 = (detail.results[st.id] for st in measured)
+        assert top.iops and p25.iops and p50.iops
+        # fio held each point near its share of the maximum (a loop device on a shared machine: within a third)
+        for res, pct in ((p25, 25), (p50, 50)):
+            assert abs(res.iops / top.iops - pct / 100) < pct / 100 / 3, (pct, res.iops, top.iops)
+        assert p25.iops < p50.iops < top.iops
+        assert measured[1].workload["rate_iops"] == round(top.iops * 0.25)
+        # the points are their own cells in compare (matched point with point), the maximum the cell itself
+        shown = handle.labctl("run", "show", run_id, check=True).stdout
+        assert "at 25% load" in shown and "at 50% load" in shown
+        html = tmp_path / "report.html"
+        done = handle.labctl("report", run_id, "--html", str(html))
+        assert done.returncode == 0, done.stderr
+        page = chromium.open(html)
+        assert page.problems() == [], page.problems()
+        mean, p99 = page.of("loadcurve")
+        for fig in (mean, p99):
+            assert fig.svg and fig.marks >= 1 and fig.points == 3, fig
+            assert [r[0] for r in fig.rows] == ["25%", "50%", "100% (maximum)"]
+        assert mean.rows[2][1] == f"{top.iops:,.0f}"
+        assert "average latency against load" in mean.title and "p99 latency against load" in p99.title
+        # every other chart draws the cell once (its maximum), not its points as cells of their own
+        assert not any("load" in r[0] for f in page.figures if f.chart != "loadcurve" for r in f.rows), \
+            [(f.chart, f.rows) for f in page.figures if f.chart != "loadcurve"]
+        if os.environ.get("STORAGELAB_SCREENSHOTS"):
+            docs = Path(__file__).resolve().parents[2] / "docs" / "img"
+            chromium.screenshot(html, f"#{mean.id}", docs / "report-loadcurve.png")
+    finally:
+        handle.lab.stop()
