@@ -129,6 +129,10 @@ class NetStart(BaseModel):
     nbd_port: Annotated[int, Field(ge=1, le=65535)] = 10809
 
 
+MAX_STATUS_INTERVAL_S = 3600     # fio --status-interval of a start (1 s unless a long step's stream would outgrow
+                                 # ARTIFACT_MAX_BYTES: orchestrator.kinds.fio.status_interval)
+
+
 class StartStep(Message):
     run_id: SafeId
     step_id: SafeId
@@ -144,7 +148,7 @@ class StartStep(Message):
     workload: Workload | None = None      # required for actions "fio" and "net"; as strict as a suite
     net: NetStart | None = None           # required for action "net"
     app: AppStart | None = None           # required for action "app"
-    status_interval_s: Annotated[int, Field(ge=1, le=3600)] | None = None   # fio --status-interval
+    status_interval_s: Annotated[int, Field(ge=1, le=MAX_STATUS_INTERVAL_S)] | None = None   # fio --status-interval
     timeout_s: Annotated[int, Field(ge=1, le=MAX_STEP_TIMEOUT_S)]   # the agent stops the process past this
     dispatched_at: StartFloat
 

@@ -16,6 +16,7 @@ from orchestrator.htmlreport.charts import (  # noqa: F401
     repeats,
     scaling,
     significance,
+    wsat,
 )
 from orchestrator.htmlreport.model import CHART_KINDS, ChartKind
 
