@@ -22,7 +22,12 @@ from tests.vmlab.test_1_deploy import put_suite, registered
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(3600)]
 
-LONG = ("suite: long\nretry: {max_attempts: 2, when: [lost, timeout, error]}\nprofiles:\n"
+# three attempts: the one the power loss ends, its retry, and room for one spurious loss of the retry while the
+# rebooted 1-vCPU TCG guest is starved (its agent or the controller's intake silent past the 30 s heartbeat
+# timeout, seen in 1 of 3 clean-clone CI runs: the retry LOST and its orphan stopped, the run then failed for want
+# of a third attempt); the test still requires the power loss's attempt to end LOST or "host restarted", the run
+# to succeed with one result per step, and any extra attempt to be such a loss, counted in the tier's figures
+LONG = ("suite: long\nretry: {max_attempts: 3, when: [lost, timeout, error]}\nprofiles:\n"
         "  - {name: 4k-randread, rw: randread, bs: 4k, iodepth: 4, runtime: 90s}\n"
         "  - {name: 64k-read, rw: read, bs: 64k, iodepth: 4, runtime: 2s}\n")
 CLOCK_BEHIND_S = 7 * 60
@@ -57,13 +62,17 @@ def test_power_loss_mid_step_is_lost_then_retried_once_the_host_is_back(deployed
     TIMES["boot_after_power_loss_s"] = vm.wait_ssh(900)
     host = registered(dep, "nvme1", after=back - CLOCK_BEHIND_S - 60)
     run = dep.wait_run(run_id)
-    assert run["state"] == "SUCCEEDED", (run["reason"], [(s["name"], s["state"], s["reason"]) for s in run["steps"]])
+    assert run["state"] == "SUCCEEDED", (run["reason"], [(s["name"], s["state"], s["reason"], [
+        (a["id"], a["state"], a["reason"]) for a in s["attempts"]]) for s in run["steps"]])
     (retried,) = [s for s in run["steps"] if s["id"] == step["id"]]
     attempts = retried["attempts"]
-    assert len(attempts) == 2 and attempts[-1]["state"] == "SUCCEEDED", attempts
+    assert len(attempts) in (2, 3) and attempts[-1]["state"] == "SUCCEEDED", attempts
     first = attempts[0]        # LOST by the controller, or FAILED by the agent's report once it is back
     assert (first["state"], first["state"] == "LOST" or first["reason"].startswith(
         "the host restarted while fio ran")) in (("LOST", True), ("FAILED", True)), attempts
+    extra = attempts[1:-1]     # a spurious loss of the retry on the starved guest, stopped as an orphan
+    assert all(a["reason"].startswith("host lost mid-step") for a in extra), attempts
+    TIMES["power_loss_extra_attempts"] = len(extra)
     by_step: dict[str, int] = {}
     for r in run["results"]:
         by_step[r["step_id"]] = by_step.get(r["step_id"], 0) + 1
