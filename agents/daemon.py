@@ -54,6 +54,9 @@ LIVE_TTL_S = 5
 _LIVE_LIST = TypeAdapter(list[LiveStatus])
 
 
+SLOW_PART_S = 5.0    # a monitor pass's part slower than this is logged: the heartbeats share the thread
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     host: str
@@ -214,8 +217,13 @@ class Agent:
             # each part on its own: a redis blip in the heartbeat must not freeze the live status
             away, beat = False, self._last_heartbeat
             for part in (self.check_attempts, self.heartbeat_if_due, self.update_live):
+                began = time.monotonic()
                 try:
                     part()
+                    took = time.monotonic() - began
+                    if took > SLOW_PART_S:      # the heartbeat waits behind it: a controller may judge us silent
+                        log.warning("monitor pass part %s took %.1fs (heartbeats wait behind it; every %.0fs due)",
+                                    part.__name__, took, self.config.heartbeat_s)
                 except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as e:
                     away, now = True, time.monotonic()
                     if not outage:

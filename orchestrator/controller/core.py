@@ -57,6 +57,7 @@ class ControllerCore:
         self.boundary = Boundary()                 # duties and their items: set aside, never a stop (boundary.py)
         self._asked: dict[str, float] = {}           # attempt id -> last stop/report request (throttle)
         self.last_pass_at: float | None = None     # time.time() of the last completed loop pass (/health)
+        self.last_drain_at = clock()               # self.clock() when the intake last read the streams (loop)
 
     def host_up(self, host: Host | Seen | None) -> bool:
         """Whether the host heartbeated within ``heartbeat_timeout_s`` (a row or any record of its ``last_seen``)."""

@@ -144,3 +144,4 @@ class Controller(EventsMixin, CommandsMixin, DispatchMixin, WatchdogsMixin):
 
     def _drain(self, *, pending: bool, block_ms: int | None = None) -> None:
         self.intake.drain(pending=pending, block_ms=block_ms)
+        self.last_drain_at = self.clock()

@@ -69,7 +69,12 @@ class WatchdogsMixin(ControllerCore):
                            and row.incompatible else f"host {att.host} stopped heartbeating")
                     self._move(att, StepState.LOST, why)
                     att.lost_at = now
-                    log.warning("step LOST: host silent for more than %.0fs", self.tuning.heartbeat_timeout_s,
+                    seen = row.last_seen if row is not None else None
+                    # when this controller last *applied* a heartbeat of the host, and when it last read its events:
+                    # an intake that fell behind makes a live host look silent (tell the two apart in the log)
+                    log.warning("step LOST: host silent for more than %.0fs (last heartbeat applied %s ago; events "
+                                "last read %.1fs ago)", self.tuning.heartbeat_timeout_s,
+                                "never" if seen is None else f"{now - seen:.1f}s", now - self.last_drain_at,
                                 extra=self._ctx(att))
                 elif att.state == StepState.LOST:
                     if self._lost_too_long(att, up, now):

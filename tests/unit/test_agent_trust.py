@@ -271,3 +271,29 @@ def test_the_worker_runs_only_the_labs_own_tasks(agent: tuple[Agent, list[Event]
 
     app = make_worker_app(agent[0], "redis://127.0.0.1:1/0")
     assert set(app.tasks) == LAB_TASKS       # no celery.accumulate, celery.chord_unlock, celery.backend_cleanup...
+
+
+def test_a_slow_monitor_part_is_logged_with_what_waits_behind_it(agent: Any, monkeypatch: Any,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The heartbeat shares the monitor thread with end detection: a part that holds it past SLOW_PART_S is named in
+    the log (a controller may meanwhile judge the host silent), and the loop goes on."""
+    import threading
+
+    import agents.daemon as daemon
+
+    a, _sent, _ = agent
+    monkeypatch.setattr(daemon, "SLOW_PART_S", 0.05)
+    passes = threading.Event()
+
+    def slow() -> None:
+        time.sleep(0.1)
+        passes.set()
+        a.stop()
+    monkeypatch.setattr(a, "check_attempts", slow)
+    monkeypatch.setattr(a, "heartbeat_if_due", lambda: None)
+    monkeypatch.setattr(a, "update_live", lambda: None)
+    with caplog.at_level("WARNING", logger="agents"):
+        a.monitor()
+    assert passes.is_set()
+    assert any("monitor pass part slow took" in r.getMessage() and "heartbeats wait behind it" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
