@@ -18,7 +18,8 @@ from typing import Any
 
 from labcontract.units import format_size, parse_size
 
-FIO_KIND_VERSION = 2          # agents.kinds.fio.FioKind.command_version that knows every option here
+FIO_KIND_VERSION = 2          # agents.kinds.fio.FioKind.command_version that knows the options here
+FIO_RATE_PAIR_VERSION = 3     # ... and a per-direction rate_iops (READ,WRITE)
 MIN_BS, MAX_BS = 512, 64 << 20
 MAX_SPLITS = 64               # bssplit entries
 MAX_RATE_IOPS = 100_000_000
@@ -126,6 +127,26 @@ def check_rate(v: object) -> str:
     return format_size(n)
 
 
+def check_rate_iops(v: object) -> int | str:
+    """``rate_iops``: one rate for reads and writes alike (a number: fio caps each direction at it), or one per
+    direction, ``READ,WRITE`` (a mixed job keeps its mix only so: with one rate fio switches to the other direction
+    whenever one is ahead, and the mix drifts toward 50/50). Returns the number, or the canonical ``R,W``."""
+    low, high = 1, MAX_RATE_IOPS
+    if isinstance(v, int) and not isinstance(v, bool):
+        if not low <= v <= high:
+            raise ValueError(f"rate_iops {v} must be {low} to {high}")
+        return v
+    text = _text(v, "rate_iops", 24)
+    m = re.fullmatch(r"(\d{1,9})(?:,(\d{1,9}))?", text)
+    if m is None:
+        raise ValueError(f"rate_iops {text!r} is not a number of I/Os per second, nor READ,WRITE (two numbers)")
+    nums = [int(g) for g in m.groups() if g is not None]
+    bad = [n for n in nums if not low <= n <= high]
+    if bad:
+        raise ValueError(f"rate_iops {text!r}: each rate must be {low} to {high}")
+    return nums[0] if len(nums) == 1 else f"{nums[0]},{nums[1]}"
+
+
 def check_offset(v: object) -> str:
     """A start offset (``offset``, ``offset_increment``): a percentage of the device (0-99.99%) or a size; the
     canonical form is ``N%`` or a whole number of bytes."""
@@ -186,9 +207,10 @@ CHECKS: dict[str, Callable[[object], str]] = {
     "offset": check_offset, "offset_increment": check_offset, "cpus_allowed": check_cpus,
     "verify": check_verify, "verify_pattern": check_verify_pattern,
 }
-INTS = {"rate_iops": (1, MAX_RATE_IOPS), "buffer_compress_percentage": (0, 100), "dedupe_percentage": (0, 100)}
+INTS = {"buffer_compress_percentage": (0, 100), "dedupe_percentage": (0, 100)}
+RATE_IOPS = "rate_iops"       # a number or READ,WRITE (check_rate_iops)
 FLAGS = ("hipri", "fixedbufs")
-EXTENDED = (*CHECKS, *INTS, *FLAGS)
+EXTENDED = (*CHECKS, RATE_IOPS, *INTS, *FLAGS)   # the job's line order (rate_iops where it always was)
 # what a precondition round leaves out: it runs the workload at full load, and verifies nothing
 NOT_IN_PRECONDITION = ("rate", "rate_iops", "verify", "verify_pattern")
 
@@ -228,5 +250,12 @@ def fio_lines(w: Mapping[str, Any]) -> list[str]:
 
 def needed_fio_version(workloads: Iterable[Mapping[str, Any]]) -> int:
     """The least ``fio`` kind version an agent needs to run these workloads: any extended option set (even to 0 or
-    false: it is serialised, and an older agent refuses a key it does not know) needs this version."""
-    return FIO_KIND_VERSION if any(w.get(k) is not None for w in workloads for k in EXTENDED) else 1
+    false: it is serialised, and an older agent refuses a key it does not know) needs :data:`FIO_KIND_VERSION`, a
+    per-direction ``rate_iops`` (``R,W``) :data:`FIO_RATE_PAIR_VERSION`."""
+    need = 1
+    for w in workloads:
+        if isinstance(w.get(RATE_IOPS), str):
+            return FIO_RATE_PAIR_VERSION
+        if any(w.get(k) is not None for k in EXTENDED):
+            need = FIO_KIND_VERSION
+    return need

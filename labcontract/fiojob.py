@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from labcontract.errors import FioError
 from labcontract.facts import windows_drive_path
-from labcontract.fioextra import CHECKS, FLAGS, INTS, cross_problems, fio_lines
+from labcontract.fioextra import CHECKS, FLAGS, INTS, RATE_IOPS, check_rate_iops, cross_problems, fio_lines
 from labcontract.suite import Workload
 from labcontract.units import format_size
 
@@ -156,7 +156,7 @@ ALLOWED_OPTIONS: dict[str, re.Pattern[str]] = {k: re.compile(f"^(?:{v})\\Z") for
     "filename": r".+",                      # checked on its own (_parse_filename)
     # the extended options: their form here, their value by its check (labcontract.fioextra.CHECKS) below
     **{k: r"[A-Za-z0-9:/.,%-]{1,2048}" for k in CHECKS},
-    **{k: _DIGITS for k in INTS}, **{k: "1" for k in FLAGS},
+    **{k: _DIGITS for k in INTS}, **{k: "1" for k in FLAGS}, RATE_IOPS: _DIGITS + "(?:," + _DIGITS + ")?",
 }.items()}
 _SECTION = re.compile(r"^\[([A-Za-z0-9_.:-]{1,255})\]\Z")
 _OPTION = re.compile(r"^([a-z_]{1,32})=(.*)\Z")
@@ -201,6 +201,11 @@ def _check_value(key: str, value: str) -> None:
     if key in CHECKS:
         try:
             CHECKS[key](value)
+        except ValueError as e:
+            raise ValueError(f"{key}={value[:60]!r}: {e}") from None
+    elif key == RATE_IOPS:
+        try:
+            check_rate_iops(value)
         except ValueError as e:
             raise ValueError(f"{key}={value[:60]!r}: {e}") from None
     elif key in INTS:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labcontract.fioextra import CHECKS, INTS
+from labcontract.fioextra import CHECKS, INTS, MAX_RATE_IOPS
 from labcontract.fiojobfile import fio_bool, fio_int, fio_seconds, fio_size
 from labcontract.units import format_size
 
@@ -122,6 +122,17 @@ def _sized(key: str) -> Mapper:
     return f
 
 
+def _rate_iops(v: str | None, ctx: Context) -> dict[str, Any]:
+    """``rate_iops=N`` (reads and writes alike) or ``R,W`` (per direction); a rate for one direction only (``,W``,
+    ``R,``) or for trims (a third value) is not taken."""
+    parts = _needs(v).split(",")
+    if len(parts) > 2 or any(not p.strip() for p in parts):
+        raise ValueError("takes one rate, or one for reads and one for writes (READ,WRITE); a rate for one "
+                         "direction only or for trims is not taken")
+    nums = [fio_int(p.strip(), 1, MAX_RATE_IOPS) for p in parts]
+    return {"rate_iops": nums[0] if len(nums) == 1 else f"{nums[0]},{nums[1]}"}
+
+
 def _checked(key: str) -> Mapper:
     return lambda v, ctx: {key: CHECKS[key](_needs(v))}
 
@@ -159,6 +170,7 @@ TAKEN: dict[str, Mapper] = {
     "cpus_allowed": _checked("cpus_allowed"),
     "verify": _verify,
     "verify_pattern": _checked("verify_pattern"),
+    "rate_iops": _rate_iops,
     **{k: _int(k, low, high) for k, (low, high) in INTS.items()},
     "hipri": _flag("hipri"),
     "fixedbufs": _flag("fixedbufs"),

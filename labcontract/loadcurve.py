@@ -10,18 +10,19 @@ What the step rows hold (``Step.cell``): the maximum's cell keeps the percentage
 never identifies a cell: a run with a curve still compares with one without); a point's cell adds
 :data:`POINT` (the percentage, which identifies it: compare matches point with point).
 
-Only read-only and write-only workloads take a curve: fio's single ``rate_iops`` caps reads and writes each,
-and when both directions are ahead of their rate fio switches direction, so a mixed job drifts toward 50/50
-(the suite refuses a mixed workload with that reason).
+A read-only or write-only workload's point asks one rate (``rate_iops=N``: an agent's fio kind 2 reads it). A mixed
+workload's asks one per direction, each its share of what the maximum reached in that direction (``R,W``: fio kind
+3): with one rate fio caps each direction at it and switches to the other whenever one is ahead, so a 70/30 job
+asked 1,000 did 1,000 reads and 1,000 writes (measured), the mix drifting to 50/50; ``700,300`` keeps it.
 """
 
 from __future__ import annotations
 
-from labcontract.fioextra import INTS
+from labcontract.fioextra import MAX_RATE_IOPS
 
 CURVE = "load_curve"        # Step.cell key of the maximum: the curve's percentages
 POINT = "load_pct"          # Step.cell key of a point: its percentage of the maximum
-MIN_RATE, MAX_RATE = INTS["rate_iops"]
+MIN_RATE, MAX_RATE = 1, MAX_RATE_IOPS
 
 
 def rate_per_job(max_iops: float, pct: int, jobs: int) -> int | None:
@@ -34,6 +35,16 @@ def rate_per_job(max_iops: float, pct: int, jobs: int) -> int | None:
     if rate < MIN_RATE:
         return None
     return min(rate, MAX_RATE)
+
+
+def rates_per_job(read_iops: float, write_iops: float, pct: int, jobs: int, *, mixed: bool) -> int | str | None:
+    """A point's ``rate_iops``: one rate over both directions for a read-only or write-only workload; for a mixed
+    one ``R,W``, each direction its share of what the maximum did in it. None when a rate would be under one I/O
+    per second per job."""
+    if not mixed:
+        return rate_per_job(read_iops + write_iops, pct, jobs)
+    r, w = rate_per_job(read_iops, pct, jobs), rate_per_job(write_iops, pct, jobs)
+    return None if r is None or w is None else f"{r},{w}"
 
 
 def point_name(name: str, pct: int) -> str:

@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -63,8 +64,10 @@ from labcontract.fioextra import (
     CHECKS,
     EXTENDED,
     FIO_KIND_VERSION,
-    INTS,
+    FIO_RATE_PAIR_VERSION,
+    MAX_RATE_IOPS,
     bssplit_max,
+    check_rate_iops,
     cross_problems,
     needed_fio_version,
 )
@@ -161,7 +164,10 @@ Offset = Annotated[str, BeforeValidator(CHECKS["offset"]), Field(max_length=32)]
 CpuList = Annotated[str, BeforeValidator(CHECKS["cpus_allowed"]), Field(max_length=512)]
 VerifyMethod = Annotated[str, BeforeValidator(CHECKS["verify"]), Field(max_length=16)]
 VerifyPattern = Annotated[str, BeforeValidator(CHECKS["verify_pattern"]), Field(max_length=66)]
-RateIops = Annotated[int, Field(ge=INTS["rate_iops"][0], le=INTS["rate_iops"][1])]
+# a number (reads and writes alike), or READ,WRITE: a string, kept apart from the number so that a workload that
+# sets one rate serialises as before (an agent's fio kind 2 reads it; a pair needs 3: fioextra.needed_fio_version)
+RateIops = (Annotated[int, Field(ge=1, le=MAX_RATE_IOPS)]
+            | Annotated[str, Field(max_length=24), AfterValidator(check_rate_iops)])
 
 
 class ExtendedOptions(BaseModel):
@@ -532,12 +538,6 @@ def _expand(doc: SuiteDocument, *, combine: bool = True) -> tuple[list[Cell], li
                 problems.append(Problem(f"{where}.load_curve", f"the curve sets each point's rate itself: "
                                                                f"{' and '.join(limited)} may not be set too"))
                 break
-            if prof.load_curve and rw in MIXED and merged.get("rwmixread") not in (0, 100):
-                problems.append(Problem(f"{where}.load_curve", f"rw={rw} with rwmixread {merged.get('rwmixread')}: "
-                                        "a curve's points need per-direction rates to keep the mix (fio's single "
-                                        "rate_iops caps reads and writes alike and lets the mix drift toward "
-                                        "50/50); a curve takes a read-only or write-only workload"))
-                break
             if net is not None and prof.load_curve:
                 problems.append(Problem(f"{where}.load_curve", "not available in a network suite (its initiators "
                                                                "run their own fio jobs)"))
@@ -735,17 +735,26 @@ def steps_of(suite: Suite) -> int:
     return count_steps(list(suite.cells), suite.phases, suite.network, suite.repeat)
 
 
+def mixed(w: Workload) -> bool:
+    """A workload that both reads and writes (a mixed mode with a read share other than 0 or 100)."""
+    return w.rw in MIXED and w.rwmixread not in (0, 100)
+
+
 def fio_options_used(suite: Suite) -> list[str]:
-    """The suite keys that need the agent's fio kind at :data:`~labcontract.fioextra.FIO_KIND_VERSION`: the extended
-    options its workloads set, and ``load_curve`` (its points are rate-limited with ``rate_iops``)."""
+    """The suite keys that need a newer fio kind on the agent (labcontract.fioextra): the extended options its
+    workloads set, and ``load_curve`` (its points are rate-limited with ``rate_iops``, per direction when mixed)."""
     used = sorted({k for w in suite.workloads for k in EXTENDED if w.__dict__.get(k) is not None})
     return used + (["load_curve"] if any(c.load_curve for c in suite.cells) else [])
 
 
 def fio_kind_version(suite: Suite) -> int:
-    """The least version of the agent's fio kind that runs every step ``suite`` plans or a load curve adds."""
+    """The least version of the agent's fio kind that runs every step ``suite`` plans or a load curve adds: a curve's
+    points set ``rate_iops`` (a mixed workload's per direction, ``R,W``)."""
     need = needed_fio_version(w.__dict__ for w in suite.workloads)
-    return max(need, FIO_KIND_VERSION) if any(c.load_curve for c in suite.cells) else need
+    for c in suite.cells:
+        if c.load_curve:
+            need = max(need, FIO_RATE_PAIR_VERSION if mixed(c.workload) else FIO_KIND_VERSION)
+    return need
 
 
 def measured_points(suite: Suite) -> int:

@@ -23,7 +23,7 @@ from labcontract import hostcpu
 from labcontract.drivehealth import ARTIFACT as DRIVE_HEALTH
 from labcontract.errors import FioError
 from labcontract.facts import DeclaredDut
-from labcontract.fioextra import FIO_KIND_VERSION
+from labcontract.fioextra import FIO_RATE_PAIR_VERSION
 from labcontract.fiojob import JobSection, check_job, render_job
 from labcontract.power import ARTIFACT as HOST_POWER
 from labcontract.protocol import StartStep
@@ -72,7 +72,7 @@ def written_duts(sections: Sequence[JobSection], duts: Sequence[DeclaredDut]) ->
 
 class FioKind(StepKind):
     action: ClassVar[str] = "fio"
-    command_version: ClassVar[int] = FIO_KIND_VERSION   # 2: the extended options (labcontract.fioextra)
+    command_version: ClassVar[int] = FIO_RATE_PAIR_VERSION   # 2: the extended options; 3: rate_iops R,W
     artifacts: ClassVar[tuple[str, ...]] = ("job.fio", "fio.json", "fio.stderr", DRIVE_HEALTH, hostcpu.START,
                                             hostcpu.END, HOST_POWER)
     reads_health: ClassVar[bool] = True

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from labcontract.fiojob import render_job
 from labcontract.fioresult import StepMetrics
-from labcontract.loadcurve import CURVE, POINT, point_name, rate_per_job
-from labcontract.suite import Workload
+from labcontract.loadcurve import CURVE, POINT, point_name, rates_per_job
+from labcontract.suite import Workload, mixed
 from orchestrator.states import StepState
 from orchestrator.store.models import Run, Step
 
@@ -29,17 +29,20 @@ def is_maximum(step: Step) -> bool:
 
 def points_after(run: Run, step: Step, metrics: StepMetrics) -> tuple[list[Step], str]:
     """The curve's point steps after the maximum ``step`` measured ``metrics``, and a note of what was left out
-    (a percentage whose rate is below one I/O per second per job; every point when the maximum reached nothing)."""
+    (a percentage whose rate is below one I/O per second per job, in a direction of a mixed workload; every point
+    when the maximum reached nothing)."""
     base = Workload.model_validate(step.workload)
     devices = list(run.devices or [run.device])
     jobs = base.numjobs * len(devices)
     max_iops = float(metrics.combined.iops or 0.0)
+    read_iops, write_iops = float(metrics.read.iops or 0.0), float(metrics.write.iops or 0.0)
+    both = mixed(base)
     have = {st.id for st in run.steps}
     out: list[Step] = []
     left_out: list[str] = []
     pcts = sorted({int(p) for p in step.cell.get(CURVE) or []})
     for n, pct in enumerate(pcts, 1):
-        rate = rate_per_job(max_iops, pct, jobs)
+        rate = rates_per_job(read_iops, write_iops, pct, jobs, mixed=both)
         if rate is None:
             left_out.append(f"{pct}%")
             continue

@@ -1,7 +1,7 @@
 """Curves on the embedded lab (real controller, agent, fio on loop DUTs), each report checked in headless Chromium:
 
 - a latency-vs-load curve: the points run right after their maximum, rate-limited by fio to their share of it, and
-  the report draws latency against the IOPS each point achieved;
+  the report draws latency against the IOPS each point achieved; a mixed workload's points keep its mix;
 - SNIA's write saturation (the built-in ``snia-wsat``, shortened): a purge, then 4K random writes from FOB, drawn
   against time and against the total bytes written.
 
@@ -71,6 +71,26 @@ def test_a_load_curve_runs_and_is_drawn(lab: LabHandle, tmp_path: Path, chromium
         [(f.chart, f.rows) for f in page.figures if f.chart != "loadcurve"]
     if SHOTS is not None:
         chromium.screenshot(html, f"#{mean.id}", SHOTS / "report-loadcurve.png")
+
+
+MIXED = """\
+suite: mixed-curve
+profiles:
+  - {name: 8k-7030, rw: randrw, rwmixread: 70, bs: 8k, iodepth: 8, runtime: 3s, load_curve: [50]}
+"""
+
+
+def test_a_mixed_curve_keeps_its_mix(lab: LabHandle) -> None:
+    """Per-direction rates (rate_iops=R,W): the 50% point does half the maximum's IOPS at the maximum's mix (one rate
+    for both directions would have done 50/50)."""
+    run_id = lab.submit(MIXED)
+    detail = lab.wait_run(run_id, timeout=180)
+    assert detail.run.state == "SUCCEEDED", detail.run.reason
+    top, half = (detail.results[st.id] for st in detail.steps if st.kind == "measure")
+    assert top.iops and half.iops and half.read_iops is not None and top.read_iops is not None
+    assert abs(half.iops / top.iops - 0.5) < 0.5 / 3, (half.iops, top.iops)
+    assert abs(half.read_iops / half.iops - top.read_iops / top.iops) < 0.05, (half.read_iops, half.iops)
+    assert "," in str(next(st for st in detail.steps if st.cell.get("load_pct") == 50).workload["rate_iops"])
 
 
 def test_write_saturation_from_fob_is_drawn_against_time_and_bytes(lab: LabHandle, tmp_path: Path,

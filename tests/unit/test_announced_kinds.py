@@ -50,7 +50,7 @@ def waits(db: Any, clock: Any) -> dict[str, str]:
 
 def test_the_agent_announces_what_its_platform_runs() -> None:
     linux = {k.action: k.version for k in agent_kinds.announced("linux")}
-    assert linux == {"app": 1, "fio": 2, "net": 2, "purge": 1}                 # fio 2: the extended options
+    assert linux == {"app": 1, "fio": 3, "net": 2, "purge": 1}     # fio 2: the extended options; 3: rate_iops R,W
     assert {k.action for k in agent_kinds.announced("windows")} == {"fio"}     # purge, net, app use Linux tools
     # every kind this controller's steps need, at a version this agent runs (fio: 1 for a plain workload, 2 with the
     # extended options: scheduling.run_needs)

@@ -343,3 +343,15 @@ def test_a_refused_job_value_does_not_fall_back_on_the_global_one(tmp_path: Path
                for n in result.notes)
     assert any(n.section == "trims" and n.message == "job not imported: its rw could not be taken"
                for n in result.notes)
+
+
+def test_a_per_direction_rate_is_imported_and_a_one_sided_one_left_out(tmp_path: Path) -> None:
+    f = tmp_path / "rates.fio"
+    f.write_text("[global]\nruntime=5\nrw=randrw\nrwmixread=70\n[a]\nrate_iops=700,300\n[b]\nstonewall\n"
+                 "rate_iops=,300\n[c]\nstonewall\nrate_iops=1000\n")
+    result = imported(f)
+    notes = [str(n) for n in result.notes]
+    assert any("[b] rate_iops: refused: takes one rate, or one for reads and one for writes" in n
+               and "a rate for one direction only or for trims is not taken" in n for n in notes), notes
+    a, b, c = parse_suite(result.text, "x").workloads
+    assert (a.rate_iops, b.rate_iops, c.rate_iops) == ("700,300", None, 1000)

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from labcontract.errors import SuiteError
 from labcontract.facts import DeclaredDut, HostFacts, StepKindFact
-from labcontract.loadcurve import rate_per_job
+from labcontract.loadcurve import rate_per_job, rates_per_job
 from labcontract.protocol import Artifact, Register, StepEnded, Submit
 from labcontract.suite import count_steps, fio_kind_version, measured_seconds, parse_suite
 from orchestrator.cells import cell_key, cell_label
@@ -60,13 +60,12 @@ def test_a_bad_curve_is_refused_with_its_reason(curve: str, why: str) -> None:
     assert any(why in p for p in found), found
 
 
-def test_a_curve_refuses_a_rate_of_its_own_a_mixed_workload_and_a_network_suite() -> None:
+def test_a_curve_refuses_a_rate_of_its_own_and_a_network_suite() -> None:
     rated = problems(CURVE.replace("numjobs: 2,", "numjobs: 2, rate_iops: 100,"))
     assert any("profiles[0].load_curve: the curve sets each point's rate itself: rate_iops" in p for p in rated)
-    mixed = problems(CURVE.replace("rw: randread,", "rw: randrw, rwmixread: 70,"))
-    assert any("rw=randrw with rwmixread 70" in p and "per-direction" in p for p in mixed), mixed
-    # a mixed mode that only reads is a read-only workload
-    parse_suite(CURVE.replace("rw: randread,", "rw: randrw, rwmixread: 100,"), "s.yaml")
+    # a mixed workload's points need per-direction rates: the agent's fio kind 3; one that only reads, 2
+    assert fio_kind_version(parse_suite(CURVE.replace("rw: randread,", "rw: randrw, rwmixread: 70,"), "s")) == 3
+    assert fio_kind_version(parse_suite(CURVE.replace("rw: randread,", "rw: randrw, rwmixread: 100,"), "s")) == 2
     net = """\
 suite: n
 network: {paths: [a]}
@@ -74,6 +73,14 @@ profiles:
   - {name: r, rw: read, bs: 128k, runtime: 1, load_curve: [50]}
 """
     assert any("not available in a network suite" in p for p in problems(net))
+
+
+def test_a_mixed_point_asks_each_direction_its_share() -> None:
+    assert rates_per_job(7_000.0, 3_000.0, 50, 1, mixed=True) == "3500,1500"
+    assert rates_per_job(7_000.0, 3_000.0, 50, 2, mixed=False) == 2_500
+    assert rates_per_job(7_000.0, 1.0, 50, 1, mixed=True) is None       # under one write a second: no point
+    w = parse_suite(CURVE, "s").cells[0].workload
+    assert w.model_copy(update={"rate_iops": "3500,1500"}).model_dump()["rate_iops"] == "3500,1500"
 
 
 def test_the_rate_of_a_point_is_shared_by_every_job() -> None:
@@ -131,3 +138,29 @@ def test_an_agent_whose_fio_kind_cannot_rate_limit_is_refused_at_submit(env: Any
                               reply_to="-"))
     assert not reply.ok
     assert any("load_curve: host old's agent runs fio steps at version 1" in str(e) for e in reply.errors), reply
+
+
+MIXED = """\
+suite: mixed
+defaults: {runtime: 1}
+profiles:
+  - {name: 8k-randrw, rw: randrw, bs: 8k, rwmixread: 70, iodepth: 4, numjobs: 2, load_curve: [50]}
+"""
+
+
+def test_a_mixed_curve_asks_each_direction_its_share(env: Any, fio_outputs: dict[str, bytes]) -> None:
+    ctl, disp, _clock, db = env
+    reply = ctl.submit(Submit(run_id="r3", suite_source="m.yaml", suite_text=MIXED, host="h1", devices=("dut0",),
+                              reply_to="-"))
+    assert reply.ok, reply.errors
+    ctl.schedule()
+    ctl.handle_event(ended("h1", disp.starts()[-1].attempt_id, fio_outputs["8k-randrw"]))
+    with db() as s:
+        top = s.scalars(select(Result).where(Result.step_id == "r3-s000")).one()
+        point = s.get(Step, "r3-s000-l50")
+        assert point is not None and top.read_iops and top.write_iops
+        want = f"{round(top.read_iops * 0.5 / 2)},{round(top.write_iops * 0.5 / 2)}"
+        assert point.workload["rate_iops"] == want and f"rate_iops={want}\n" in point.job_text
+    ctl.schedule()
+    start = disp.starts()[-1]
+    assert start.attempt_id == "r3-s000-l50-a1" and start.workload is not None and start.workload.rate_iops == want
