@@ -190,7 +190,8 @@ OPTION_LINES = [re.compile(p) for p in (
     # the extended options (labcontract.fioextra), in their canonical spellings
     rf"bssplit={SIZE}/\d{{1,3}}(?::{SIZE}/\d{{1,3}})*",
     r"random_distribution=(?:random|(?:zipf|pareto|normal):[0-9.]+)",
-    r"rate_iops=[1-9]\d*", rf"rate={SIZE}", r"buffer_compress_percentage=\d{1,3}", r"dedupe_percentage=\d{1,3}",
+    r"rate_iops=[1-9]\d*(,[1-9]\d*)?", rf"rate={SIZE}", r"buffer_compress_percentage=\d{1,3}",
+    r"dedupe_percentage=\d{1,3}",
     rf"offset(?:_increment)?=(?:[0-9.]+%|{SIZE})", r"cpus_allowed=\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*", r"hipri=1",
     r"fixedbufs=1", r"verify=[a-z0-9-]+", r"verify_pattern=(?:0x[0-9a-f]+|\d+)")]
 """Every line render_job emits, sections and filenames aside (those depend on the workload and devices)."""
