@@ -64,7 +64,7 @@ class AgentConfig:
     state_dir: Path
     duts: tuple[DeclaredDut, ...]
     heartbeat_s: float = 3.0
-    reregister_every: int = 20       # every Nth heartbeat is a full Register (a new controller learns us)
+    reregister_every: int = 20       # with every Nth heartbeat a full Register (a new controller learns us)
     poll_s: float = 0.2
     fio_binary: str = "fio"
     live_s: float = 1.0              # live status (exporter, lab:live:<host>) refreshed this often
@@ -128,6 +128,7 @@ class Agent:
     _live_reader: LiveReader = field(default_factory=LiveReader)
     _smart: tuple[HealthCheck, ...] = ()         # the last SMART results, sent with the next heartbeat
     _smart_thread: threading.Thread | None = None
+    _register_thread: threading.Thread | None = None   # the periodic full Register, built off the heartbeat's path
 
     @property
     def host(self) -> str:
@@ -257,12 +258,27 @@ class Agent:
             with self._lock:
                 running = tuple(a.attempt_id for a in self.runner.pending())
             checks = self.health_checks()
-            if self._beats % self.config.reregister_every == 0:
-                self.publish(self._register_event(running, checks))
-            else:
-                self.publish(Heartbeat(host=self.host, running=running, health=checks))
+            # the heartbeat goes out now, always: the periodic full Register observes every DUT (wipefs, blkid,
+            # lsblk), which took past the controller's heartbeat timeout on a loaded host with fio running (its
+            # steps were then declared LOST), so it is built and sent by a thread of its own
+            self.publish(Heartbeat(host=self.host, running=running, health=checks))
+            if self._beats % self.config.reregister_every == 0 and (
+                    self._register_thread is None or not self._register_thread.is_alive()):
+                self._register_thread = threading.Thread(target=self._reregister, name="reregister", daemon=True)
+                self._register_thread.start()
             self._last_heartbeat = now
             self.last_heartbeat_at = time.time()
+
+    def _reregister(self) -> None:
+        """The periodic full Register (a new controller learns us; the DUTs' observations refreshed); never raises:
+        a failure is logged and the next one tries again."""
+        try:
+            with self._lock:
+                running = tuple(a.attempt_id for a in self.runner.pending())
+            self.publish(self._register_event(running))
+        except Exception:  # a thread of its own: logged, the heartbeats go on
+            self.note_error()
+            log.exception("periodic register failed")
 
     def update_live(self, *, force: bool = False) -> None:
         """Refresh the running attempts' live status every ``live_s`` (at once when the set of

@@ -297,3 +297,27 @@ def test_a_slow_monitor_part_is_logged_with_what_waits_behind_it(agent: Any, mon
     assert passes.is_set()
     assert any("monitor pass part slow took" in r.getMessage() and "heartbeats wait behind it" in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_the_heartbeat_never_waits_for_the_periodic_register(tmp_path: Path, monkeypatch: Any) -> None:
+    """The periodic full Register observes every DUT (wipefs, blkid, lsblk: slow on a loaded host); it goes out from
+    a thread of its own, after the heartbeat it rides with, which never waits for it."""
+    from labcontract.protocol import Heartbeat, Register
+    from orchestrator.labs.lab import wait_for
+
+    dut = tmp_path / "dut.img"
+    dut.write_bytes(b"\0" * 65536)
+    sent: list[Event] = []
+    a = Agent(AgentConfig(host="h1", broker_url="redis://unused", state_dir=tmp_path / "state", heartbeat_s=0.0,
+                          reregister_every=1,
+                          duts=(DeclaredDut(name="dut0", path=str(dut), kind="file", size_bytes=65536),)),
+              HostFacts(hostname="h1", fio_version="fio-3.33"), StepRunner(tmp_path / "state"), sent.append)
+    observed = a.observe
+    monkeypatch.setattr(a, "observe", lambda d: (time.sleep(2.0), observed(d))[1])
+    began = time.monotonic()
+    a.heartbeat_if_due()
+    assert time.monotonic() - began < 1.5, "the heartbeat waited for the DUTs' observation"
+    assert [type(e) for e in sent] == [Heartbeat]
+    wait_for(lambda: any(isinstance(e, Register) for e in sent), 30, "the periodic register")
+    reg = next(e for e in sent if isinstance(e, Register))
+    assert reg.host == "h1" and [d.name for d in reg.duts] == ["dut0"] and reg.duts[0].observed is not None
