@@ -64,7 +64,7 @@ def test_skewed_agent_steps_complete_and_hosts_shows_the_skew(skewed_lab: tuple[
         assert host is not None and host.clock_skew_s is not None
         measured = host.clock_skew_s
         # the real agent announced its Linux kinds with their versions (issue 25)
-        assert host.step_kinds == {"app": 1, "fio": 2, "net": 2, "purge": 1}
+        assert host.step_kinds == {"app": 1, "fio": 3, "net": 2, "purge": 1}
     assert abs(measured - skew) < 5, measured              # measured at registration
     flat = " ".join(shown.stdout.split())
     assert f"{measured:+.1f}s (!)" in flat, shown.stdout
