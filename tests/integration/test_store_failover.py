@@ -80,8 +80,12 @@ def test_store_primary_lost_mid_run_standby_promoted_nothing_lost(replicated: Re
         assert results == [(f"s{i}", 1) for i in range(6)], results      # nothing lost, nothing twice
         assert attempts == [(f"s{i}", 1) for i in range(6)], attempts
         ctl = handle.controller.log.read_text(errors="replace")
-        assert "store unavailable" in ctl and "store available again" in ctl, ctl[-3000:]
-        again = next(ln for ln in ctl.splitlines() if "store available again" in ln).split("] ")[-1]
+        # the controller either waited the outage out (logged when it began and when it ended) or never met it: its
+        # pool's pre-ping found the dead connection only after the promotion and reconnected through the same URL
+        # (seen once in four clean-clone runs); an outage begun and never ended is a failure
+        assert ("store unavailable" in ctl) == ("store available again" in ctl), ctl[-3000:]
+        again = next((ln.split("] ")[-1] for ln in ctl.splitlines() if "store available again" in ln),
+                     "met no outage (reconnected to the promoted standby at its next use of the store)")
         assert "Traceback" not in ctl
         assert "took over" not in standby_ctl.log.read_text(errors="replace")   # the holder went on
 
