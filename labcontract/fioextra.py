@@ -133,8 +133,8 @@ def check_rate_iops(v: object) -> int | str:
     whenever one is ahead, and the mix drifts toward 50/50). Returns the number, or the canonical ``R,W``."""
     low, high = 1, MAX_RATE_IOPS
     if isinstance(v, int) and not isinstance(v, bool):
-        if not low <= v <= high:
-            raise ValueError(f"rate_iops {v} must be {low} to {high}")
+        if not low <= v <= high:      # worded as the schema words a bound (one reason, not one per union branch)
+            raise ValueError(f"{v} is out of range (must be {'>= ' + str(low) if v < low else '<= ' + str(high)})")
         return v
     text = _text(v, "rate_iops", 24)
     m = re.fullmatch(r"(\d{1,9})(?:,(\d{1,9}))?", text)

@@ -37,7 +37,6 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -166,8 +165,9 @@ VerifyMethod = Annotated[str, BeforeValidator(CHECKS["verify"]), Field(max_lengt
 VerifyPattern = Annotated[str, BeforeValidator(CHECKS["verify_pattern"]), Field(max_length=66)]
 # a number (reads and writes alike), or READ,WRITE: a string, kept apart from the number so that a workload that
 # sets one rate serialises as before (an agent's fio kind 2 reads it; a pair needs 3: fioextra.needed_fio_version)
-RateIops = (Annotated[int, Field(ge=1, le=MAX_RATE_IOPS)]
-            | Annotated[str, Field(max_length=24), AfterValidator(check_rate_iops)])
+# (checked once, before the type: one reason for a bad value, not one per branch of the union; true is refused)
+RateIops = Annotated[Annotated[int, Field(ge=1, le=MAX_RATE_IOPS)] | Annotated[str, Field(max_length=24)],
+                     BeforeValidator(check_rate_iops)]
 
 
 class ExtendedOptions(BaseModel):

@@ -219,3 +219,18 @@ def test_a_submission_is_refused_an_option_its_host_cannot_run(env: Any) -> None
     assert not r.ok and r.errors == ("profile p.offset: offset 2g is not inside device dut0 (/dev/loop7) "
                                      "(1073741824 bytes)",), r.errors
     assert sub("lin", "r4", offset="512m").ok
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ("abc", "rate_iops 'abc' is not a number of I/Os per second, nor READ,WRITE (two numbers)"),
+    ("true", "rate_iops: not a value (bool)"),
+    ('"0,5"', "rate_iops '0,5': each rate must be 1 to 100000000"),
+    ('"1,2,3"', "is not a number of I/Os per second, nor READ,WRITE"),
+    ("-4", "rate_iops: -4 is out of range (must be >= 1)"),
+    ('"' + "9" * 30 + '"', "must be 1 to 24 characters"),
+])
+def test_a_bad_rate_iops_is_refused_with_one_reason(value: str, reason: str) -> None:
+    with pytest.raises(SuiteError) as e:
+        parse_suite(f"suite: s\nprofiles:\n  - {{name: p, rw: randrw, bs: 4k, rate_iops: {value}}}\n", "s.yaml")
+    found = [str(p) for p in e.value.problems]
+    assert len(found) == 1 and reason in found[0], found
