@@ -19,7 +19,7 @@ DEMO_PKGS := fio redis-server util-linux python3-venv
 VM_PKGS := qemu-system-x86 qemu-utils mmdebstrap openssh-client iproute2 openssl
 TEST_PKGS := $(DEMO_PKGS) postgresql prometheus iproute2 openssh-server openssh-client tgt libiscsi-bin nbdkit e2fsprogs python3-apt stress-ng openssl acl faketime systemd chromium mariadb-server sysbench xfsprogs ioping
 
-.PHONY: demo test test-deps vmtest bench-vmlab lint typecheck unit integration bench system-deps system-test-deps vm-deps collections wheel clean
+.PHONY: demo test test-deps test-pts vmtest bench-vmlab lint typecheck unit integration bench system-deps system-test-deps vm-deps collections wheel clean
 
 demo: system-deps $(VENV)/.installed $(COLLECTIONS)/.installed
 	$(VENV)/bin/labctl --lab-dir $(LAB_DIR) demo $(DEMO_ARGS)
@@ -36,6 +36,10 @@ test: system-test-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 # network namespace; site.yml deploys onto them. The guest image is built once from Debian's packages and cached
 # in $(VMLAB_CACHE) (about 2 GB). Under TCG (no nested KVM) it takes 23 to 28 minutes on 2 CPUs alone, 32 to 37
 # beside make test; .ci/run runs it after make test, without its network module (.ci/run says why).
+# the built-in snia-iops (56 cells) on the embedded lab, its report in Chromium: .ci/run runs it after make test
+test-pts: system-test-deps $(VENV)/.dev-installed
+	$(VENV)/bin/pytest --pts-full tests/integration/test_pts_lab.py -k snia-iops
+
 VMLAB_CACHE ?= $(HOME)/.cache/storagelab/vmlab
 vmtest: system-test-deps vm-deps $(VENV)/.dev-installed $(COLLECTIONS)/.installed
 	STORAGELAB_VMLAB_CACHE=$(VMLAB_CACHE) $(VENV)/bin/pytest --vmlab tests/vmlab $(VMTEST_ARGS)

@@ -249,9 +249,7 @@ def write_disk_run(s: Session, run_id: str, suite_text: str, devs: Sequence[tupl
     pc = with_overrides(suite, runtime=runtime, scale=scale).phases.precondition
     t = at + 5
     for p in plan(suite, paths, runtime=runtime, scale=scale):
-        first_round = p.kind == "precondition"
-        step = Step(id=f"{run_id}-s{p.seq:03d}" + ("-r001" if first_round else ""), seq=p.seq,
-                    round=1 if first_round else 0, kind=p.kind, name=p.name, cell=p.cell, note=p.note,
+        step = Step(id=p.step_id(run_id), seq=p.seq, round=p.round, kind=p.kind, name=p.name, cell=p.cell, note=p.note,
                     workload=p.workload.model_dump(mode="json") if p.workload else None, job_text=p.job_text,
                     state="SUCCEEDED", ended_at=t)
         run.steps.append(step)

@@ -58,11 +58,14 @@ __all__ = [
     "Combined",
     "CpuStats",
     "DirectionStats",
+    "JobMetrics",
     "LatencyStats",
     "StepMetrics",
     "bin_percentiles",
+    "fio_report",
     "latency_bins",
     "parse_fio_groups",
+    "parse_fio_jobs",
     "parse_fio_output",
     "percentile_key",
     "percentiles_from_bins",
@@ -382,6 +385,8 @@ def _decode_reports(text: str, source: str) -> dict[str, Any]:
                 f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg} (truncated output?)",
                 path=source,
             ) from None
+        except (ValueError, RecursionError) as exc:    # an integer of thousands of digits, nesting past the stack
+            raise FioError(f"unreadable JSON: {str(exc)[:200]}", path=source) from None
         while pos < len(text) and text[pos].isspace():
             pos += 1
     if not isinstance(report, dict):
@@ -495,6 +500,51 @@ def parse_fio_groups(text: str | bytes, *, source: str = "fio output") -> dict[s
             )
         names[name] = i
     return {name: _step_metrics(r, version, [(i, jobs[i])]) for name, i in names.items()}
+
+
+def fio_report(text: str | bytes, *, source: str = "fio output") -> dict[str, Any]:
+    """The final report of fio JSON output as decoded (what every parser here reads: lines before the first ``{``
+    skipped, the last of a ``--status-interval`` stream); FioError when there is none or it is not JSON."""
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", errors="replace")
+    return _decode_reports(text, source)
+
+
+@dataclass(frozen=True)
+class JobMetrics:
+    """One fio job of an output (:func:`parse_fio_jobs`): its name, its figures over every entry of that name,
+    and with ``fio --client`` on several servers each server's own (``host:port`` -> figures)."""
+
+    name: str
+    metrics: StepMetrics
+    servers: dict[str, StepMetrics]
+
+
+def parse_fio_jobs(text: str | bytes, *, source: str = "fio output") -> list[JobMetrics]:
+    """Per fio job (``jobname``), in fio's order: every entry of that name merged as :func:`parse_fio_output` merges a
+    run's (a job's ``numjobs`` clones printed apart without ``group_reporting``; with ``fio --client`` on several
+    servers, the job's entry of each server: the percentiles those of the servers' merged histograms), and each
+    server's entries apart. A job of one entry is computed as :func:`parse_fio_groups` computes it. Raises
+    :class:`~labcontract.errors.FioError` like :func:`parse_fio_output`."""
+    r, version, jobs = _report_jobs(text, source)
+    order: dict[str, list[tuple[int, Any]]] = {}
+    per_server: dict[str, dict[str, list[tuple[int, Any]]]] = {}
+    servers = {f"{j.get('hostname')}:{j.get('port')}" for j in jobs if isinstance(j, dict) and "hostname" in j}
+    for i, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            raise r.fail(f"jobs[{i}]: not an object")
+        name, server = job.get("jobname"), ""
+        if not isinstance(name, str) or not name:
+            raise r.fail(f"jobs[{i}].jobname: missing or not a string")
+        if len(servers) > 1 and "hostname" in job:      # named job@host:port by _client_jobs
+            server = f"{job.get('hostname')}:{job.get('port')}"
+            name = name.removesuffix(f"@{server}")
+        order.setdefault(name, []).append((i, job))
+        if server:
+            per_server.setdefault(name, {}).setdefault(server, []).append((i, job))
+    return [JobMetrics(name, _step_metrics(r, version, entries),
+                       {s: _step_metrics(r, version, e) for s, e in per_server.get(name, {}).items()})
+            for name, entries in order.items()]
 
 
 def _report_jobs(text: str | bytes, source: str) -> tuple[_Reader, str, list[Any]]:

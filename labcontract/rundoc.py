@@ -30,6 +30,7 @@ MAX_ARTIFACTS = 64                    # artifacts of one attempt
 JSON_MAX_DEPTH = 32
 JSON_MAX_STRING = 1 << 20
 JSON_MAX_ITEMS = 2_000_000            # values in one JSON document of a row (a long series)
+JSON_MAX_INT = 1 << 64                # an integer of a row's JSON (fio's counters are 64-bit)
 TEXT_MAX = 64 << 10                   # a reason, a note, a verdict
 JOB_TEXT_MAX = 1 << 20                # a step's job text (an application step's start message)
 SUITE_TEXT_MAX = 1 << 20
@@ -52,7 +53,8 @@ StepStateDone = Literal["PENDING", "LOST", "SUCCEEDED", "FAILED", "CANCELLED"]  
 
 
 def _check_json(value: Any) -> Any:
-    """A JSON document a row keeps: bounded depth, strings and size; every number finite."""
+    """A JSON document a row keeps: bounded depth, strings and size; every number finite, every integer within
+    ±2^64."""
     count = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
@@ -75,6 +77,8 @@ def _check_json(value: Any) -> Any:
         elif isinstance(v, float):
             if not math.isfinite(v):
                 raise ValueError("a number that is not finite")
+        elif isinstance(v, int) and not isinstance(v, bool) and not -JSON_MAX_INT <= v <= JSON_MAX_INT:
+            raise ValueError("an integer beyond ±2^64")
         elif not (v is None or isinstance(v, bool | int)):
             raise ValueError(f"a value of type {type(v).__name__}")
     return value

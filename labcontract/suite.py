@@ -70,6 +70,7 @@ from labcontract.fioextra import (
     cross_problems,
     needed_fio_version,
 )
+from labcontract.rounds import DEFAULT_WIPC_LIMIT_S, WIPC_PASSES, matches, tracked_problems
 from labcontract.suitebase import Retry, check_op_modes, problems_from
 from labcontract.suitebounds import load_yaml, raw_cell_count
 from labcontract.units import format_size, parse_duration, parse_size
@@ -313,11 +314,31 @@ class Precondition(BaseModel):
     track: Literal["iops", "lat_mean"] = "iops"
 
 
+class Rounds(BaseModel):
+    """``phases.rounds``: rounds of the whole matrix until the tracked cell is steady (SNIA PTS-E;
+    :mod:`labcontract.rounds`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # the tracked cell: its swept values (and profile, when the suite has several), e.g. {rwmixread: 0, bs: 4k}
+    cell: Annotated[dict[str, Any], Field(min_length=1, max_length=8)]
+    track: Literal["iops", "lat_mean", "bw"] = "iops"
+    max_rounds: Annotated[int, Field(ge=1, le=1000)] = 25
+    window: Annotated[int, Field(ge=2, le=100)] = 5
+    max_range_pct: Annotated[float, Field(gt=0, le=100)] = 20.0
+    max_excursion_pct: Annotated[float, Field(gt=0, le=100)] = 10.0
+    # workload-independent preconditioning before round 1: the device (its footprint) written twice over in
+    # 128 KiB sequential writes, each pass at most wipc_limit long
+    wipc: bool = True
+    wipc_limit: Runtime = DEFAULT_WIPC_LIMIT_S
+
+
 class Phases(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     purge: bool = False
     precondition: Precondition | None = None
+    rounds: Rounds | None = None   # SNIA PTS-E's form: rounds of the whole matrix (labcontract.rounds)
     provision: bool = False        # purge / OP mode through Ansible (playbooks/dut_state.yml); DUT facts
                                    # before and after (playbooks/facts.yml); needs a controller --inventory
 
@@ -564,6 +585,42 @@ def _expand(doc: SuiteDocument, *, combine: bool = True) -> tuple[list[Cell], li
     return cells, problems
 
 
+def _rounds_problems(doc: SuiteDocument, cells: Sequence[Cell], *, combine: bool) -> list[Problem]:
+    """What ``phases.rounds`` may not be combined with, and whether its ``cell`` names exactly one cell."""
+    rounds = doc.phases.rounds
+    assert rounds is not None
+    where = "phases.rounds"
+    problems = []
+    for what, bad in (("phases.precondition (the rounds are the preconditioning)", doc.phases.precondition),
+                      ("repeat (the steady-state window's rounds are each cell's repeats)", doc.repeat > 1),
+                      ("a network suite", doc.network),
+                      ("load_curve (a round measures each cell at its maximum)",
+                       any(p.load_curve for p in doc.profiles))):
+        if bad:
+            problems.append(Problem(where, f"not available with {what}"))
+    normalised: dict[str, Any] = {}
+    for key, value in rounds.cell.items():
+        if key == "profile":
+            normalised[key] = value
+            continue
+        vals, probs = _dimension_values(f"{where}.cell", key, [value])
+        problems += [Problem(p.location.replace(f".{key}[0]", f".{key}"), p.message) for p in probs]
+        if vals:
+            normalised[key] = vals[0]
+    if combine and len(normalised) == len(rounds.cell):
+        problems += [Problem(f"{where}.cell", why) for why in tracked_problems(
+            [(c.op_mode, c.profile, c.dims) for c in cells], normalised, doc.op_modes)]
+    return problems
+
+
+def tracked_cell(suite: Suite, op_mode: str) -> Cell:
+    """The cell ``phases.rounds.cell`` names in ``op_mode`` (exactly one: checked when the suite parsed)."""
+    rounds = suite.phases.rounds
+    assert rounds is not None
+    normalised = {k: v if k == "profile" else _dimension_values("", k, [v])[0][0] for k, v in rounds.cell.items()}
+    return next(c for c in suite.cells if c.op_mode == op_mode and matches(c.profile, c.dims, normalised))
+
+
 def _iscsi_readable(merged: dict[str, Any]) -> bool:
     rw = merged.get("rw")
     if rw in ("read", "randread"):
@@ -647,6 +704,8 @@ def count_steps(cells: list[Cell], phases: Phases, network: Network | None = Non
         # OP mode starts with one
         purges += 3 + (0 if phases.purge else len(dict.fromkeys(c.op_mode for c in cells)))
     points = sum(len(c.load_curve) for c in cells)      # a load curve's points follow its cell's measurement
+    if phases.rounds is not None and phases.rounds.wipc:   # round 1 is planned; the next rounds follow it
+        purges += WIPC_PASSES * len(dict.fromkeys(c.op_mode for c in cells))
     return (len(cells) + points) * repeat + groups + purges
 
 
@@ -705,6 +764,8 @@ def parse_suite(text: str, source: str) -> Suite:
         raise SuiteError(source, _dedupe(problems))
     cells, expand_problems = _expand(doc, combine=too_many is None)
     problems += [p for p in map(lambda p: _renumber(p, kept), expand_problems) if p not in problems]
+    if doc.phases.rounds is not None:
+        problems += _rounds_problems(doc, cells, combine=too_many is None)
     steps = count_steps(cells, doc.phases, doc.network, doc.repeat)
     if too_many is None and steps > doc.cell_limit:
         runs = f" x repeat {doc.repeat}" if doc.repeat > 1 else ""
@@ -862,6 +923,9 @@ def with_overrides(suite: Suite, *, runtime: int | None = None, scale: float | N
     if phases.precondition is not None and scale is not None:
         phases = phases.model_copy(update={"precondition": phases.precondition.model_copy(
             update={"round": scaled(phases.precondition.round)})})
+    if phases.rounds is not None and scale is not None:
+        phases = phases.model_copy(update={"rounds": phases.rounds.model_copy(
+            update={"wipc_limit": scaled(phases.rounds.wipc_limit)})})
     return suite.model_copy(update={"cells": tuple(cells), "phases": phases})
 
 
@@ -908,6 +972,9 @@ def repeat_problems(suite: Suite, repeat: int | None) -> list[Problem]:
         return []
     if not 1 <= repeat <= MAX_REPEAT:
         return [Problem("--repeat", f"{repeat} is not a repeat count (1-{MAX_REPEAT})")]
+    if suite.phases.rounds is not None and repeat > 1:
+        return [Problem("--repeat", f"suite {suite.name} reports each cell over its steady-state window's rounds "
+                                    "(phases.rounds): they are its repeats")]
     steps = steps_of(suite.model_copy(update={"repeat": repeat}))
     if steps > suite.cell_limit:
         return [Problem("--repeat", f"{repeat} repeats make {steps} steps, over the suite's cell_limit of "

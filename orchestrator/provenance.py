@@ -21,6 +21,7 @@ from labcontract.errors import LabError
 from labcontract.suite import parse_suite
 from labcontract.units import format_size
 from orchestrator.cells import op_modes as cell_op_modes
+from orchestrator.fiorun import imported_rows
 from orchestrator.queries import RunDetail
 from orchestrator.runfacts import override_rows, steady_word
 from orchestrator.states import TERMINAL_RUN
@@ -205,6 +206,11 @@ def _precondition_rows(detail: RunDetail) -> Rows:
         mix = f" {w['rwmixread']}/{100 - w['rwmixread']}" if w.get("rwmixread") is not None else ""
         what = (f"{w.get('rw')}{mix} {format_size(int(w['bs']))} at {w.get('numjobs')}T/{w.get('iodepth')}Q, "
                 f"{w.get('runtime')} s rounds") if w.get("bs") else UNKNOWN
+        c = pc.criteria or {}
+        if c.get("form") == "rounds":       # SNIA PTS-E's rounds (labcontract.rounds)
+            what = (f"rounds of every measured cell{' after WIPC' if c.get('wipc') else ''}, tracking "
+                    f"{c.get('cell_name')} {c.get('track')} (window {c.get('window')}, at most "
+                    f"{c.get('max_rounds')} rounds)")
         rows.append((f"preconditioning {pc.name}", f"{what}; {len(pc.rounds)} round(s), {steady_word(pc.steady)}: "
                                                    f"{text(pc.verdict)}"))
     return rows
@@ -418,6 +424,9 @@ def describe(detail: RunDetail, read_artifact: ReadArtifact | None = None) -> Pr
     health = drive_health_rows(detail)
     if health:
         sections.insert(2, ("Drive health", health))
+    imported = imported_rows(detail)   # orchestrator.fiorun
+    if imported:      # measured outside the lab (labctl import-fio): what each result was computed from
+        sections.insert(0, ("Imported fio output", imported))
     return Provenance(device_label=device_label(devices), os=text(host.get("os")), op_modes=modes,
                       partial=run.state not in TERMINAL_RUN, sections=sections,
                       devices=[_device_row(d, host) for d in devices], warnings=warnings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, defer, selectinload
 
 from labcontract.errors import StoreError
+from labcontract.rounds import round_of, window_rounds
 from orchestrator.store.models import Artifact, Attempt, Host, NetGroup, PreconditionRecord, Result, Run, Step
 
 
@@ -19,6 +21,9 @@ class RunDetail:
     results: dict[str, Result]      # step id -> result of its successful attempt
     preconditions: list[PreconditionRecord]
     net_groups: list[NetGroup] = field(default_factory=list)   # a network run's cells, with window totals
+    # a rounds run's (labcontract.rounds) results of rounds outside the reported steady-state window: kept apart,
+    # so that every reader of ``results`` reports a cell as the mean of its window's rounds
+    earlier_rounds: dict[str, Result] = field(default_factory=dict)
 
 
 def list_runs(s: Session, limit: int = 50) -> list[tuple[Run, int, int]]:
@@ -62,7 +67,35 @@ def run_detail(s: Session, ref: str, *, light: bool = False) -> RunDetail:
     steps = sorted(run.steps, key=lambda st: (st.seq, st.round, st.host))
     groups = list(s.scalars(select(NetGroup).where(NetGroup.run_id == rid).order_by(NetGroup.seq))) \
         if run.topology else []
-    return RunDetail(run=run, steps=steps, results=results, preconditions=pcs, net_groups=groups)
+    windows = round_windows(pcs)
+    earlier = {st.id: results.pop(st.id) for st in steps
+               if st.id in results and st.kind == "measure" and not in_window(st.cell, windows)}
+    return RunDetail(run=run, steps=steps, results=results, preconditions=pcs, net_groups=groups,
+                     earlier_rounds=earlier)
+
+
+def round_windows(records: Iterable[PreconditionRecord]) -> dict[str, range]:
+    """A rounds run's reported window per OP mode (labcontract.rounds.window_rounds): the rounds whose mean is
+    each cell's figure. Empty for any other run."""
+    out: dict[str, range] = {}
+    for rec in records:
+        c = rec.criteria or {}
+        if c.get("form") != "rounds":
+            continue
+        last = max((int(x.get("round") or 0) for x in rec.rounds or []), default=0)
+        out[str(c.get("op_mode", "stock"))] = window_rounds(rec.reached_round if rec.steady else None,
+                                                             int(c.get("window") or 5), last)
+    return out
+
+
+def in_window(cell: Mapping[str, Any], windows: Mapping[str, range]) -> bool:
+    """Whether a measured step's cell is reported: any cell but a rounds run's outside its mode's window (a mode
+    with no tracked round recorded yet reports every round)."""
+    r = round_of(cell)
+    if r is None:
+        return True
+    w = windows.get(str(cell.get("op_mode", "stock")))
+    return w is None or not w or r in w
 
 
 def list_hosts(s: Session) -> list[Host]:

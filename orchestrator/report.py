@@ -89,7 +89,7 @@ def table_rows(detail: RunDetail, *, rounds: bool = False) -> list[list[str]]:
             continue
         if st.kind == "app":
             continue               # the application table (app_table)
-        res = detail.results.get(st.id)
+        res = detail.results.get(st.id) or detail.earlier_rounds.get(st.id)   # a round before the reported window too
         rows.append(step_row(st, res))
         if res is not None and res.per_device and st.kind == "measure":
             for dev, m in res.per_device.items():

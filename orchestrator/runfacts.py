@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from labcontract.errors import LabError
-from labcontract.suite import Suite
+from labcontract.suite import Precondition, Rounds, Suite
 from orchestrator.cells import cell_label
 from orchestrator.store.models import PreconditionRecord, Run, Step
 
@@ -77,7 +77,9 @@ def planned_repeat(run: Run) -> int:
 def override_rows(run: Run) -> Rows:
     """The run's overrides as ``labctl run show`` lists them in its Run section ("none" for one not given)."""
     suite = _suite(run)
-    pc = suite.phases.precondition if suite is not None else None
+    pc: Precondition | Rounds | None = None
+    if suite is not None:
+        pc = suite.phases.precondition or suite.phases.rounds
     rows: Rows = [("runtime override", f"{run.runtime_override} s per cell" if run.runtime_override is not None
                    else "none"),
                   ("scale", f"x{run.scale:g}" if run.scale is not None else "none")]
@@ -86,7 +88,10 @@ def override_rows(run: Run) -> Rows:
         rows.append(("max rounds", f"{run.max_rounds}{said}"))
     elif pc is not None:
         rows.append(("max rounds", f"none (suite says {pc.max_rounds})"))
-    if suite is not None and suite.app is None and run.topology is None:
+    if suite is not None and suite.phases.rounds is not None:
+        rows.append(("repeat", f"each round's, the steady-state window's {suite.phases.rounds.window} rounds "
+                               "reported per cell"))
+    elif suite is not None and suite.app is None and run.topology is None:
         n = planned_repeat(run)
         rows.append(("repeat", f"{n} per cell" + (f" (suite says {suite.repeat})" if n != suite.repeat else "")))
     return rows

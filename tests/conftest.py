@@ -48,6 +48,9 @@ profiles:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--vmlab", action="store_true", default=False,
                      help="run the VM tier (tests/vmlab: QEMU guests; make vmtest)")
+    parser.addoption("--pts-full", action="store_true", default=False,
+                     help="also run the built-in snia-iops on the embedded lab (its whole 56-cell matrix, about a "
+                          "minute and a half; make test-pts, which .ci/run runs after make test)")
 
 
 # The longest modules of make test (its slowest durations, 2026-11-29), started first: pytest-xdist hands modules
@@ -62,6 +65,7 @@ SLOW_FIRST = (
     "tests/integration/test_web_api.py", "tests/system/test_net_suite.py", "tests/redteam/test_redteam_ansible.py",
     "tests/integration/test_sentinel_failover.py", "tests/integration/test_lab_share.py",
     "tests/integration/test_notifications.py", "tests/integration/test_controller_install.py",
+    "tests/integration/test_pts_lab.py",
 )
 
 
@@ -110,11 +114,11 @@ class LabHandle:
         return redis_client(self.broker)
 
     def submit(self, suite_text: str, device: str | list[str] = "dut0", *, host: str | None = None,
-               runtime: int | None = None, scale: float | None = None) -> str:
+               runtime: int | None = None, scale: float | None = None, max_rounds: int | None = None) -> str:
         suite = parse_suite(suite_text, "test-suite.yaml")
         devices = [device] if isinstance(device, str) else device
         run_id, reply = ControllerClient(self.redis(), timeout_s=30).submit(
-            suite, host or self.host, devices, runtime, scale)
+            suite, host or self.host, devices, runtime, scale, max_rounds=max_rounds)
         assert reply is not None and reply.ok, reply
         return run_id
 

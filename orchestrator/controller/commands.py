@@ -181,9 +181,7 @@ class CommandsMixin(AdminMixin, NotifyMixin, ImportMixin):
         smallest = min((dev.size_bytes for dev in named), default=None)   # an app suite's OP footprint
         for p in plan(suite, paths, runtime=cmd.runtime_override, scale=cmd.scale, device_bytes=smallest,
                       repeat=cmd.repeat):
-            first_round = p.kind == "precondition"
-            run.steps.append(Step(id=f"{run.id}-s{p.seq:03d}" + ("-r001" if first_round else ""),
-                                  seq=p.seq, round=1 if first_round else 0, kind=p.kind, name=p.name,
+            run.steps.append(Step(id=p.step_id(run.id), seq=p.seq, round=p.round, kind=p.kind, name=p.name,
                                   cell=p.cell, note=p.note,
                                   workload=p.workload.model_dump(mode="json") if p.workload else None,
                                   job_text=p.job_text, state=str(StepState.PENDING)))

@@ -1,4 +1,5 @@
-"""fio steps on a host's DUTs: ``measure`` and ``precondition`` (rounds until steady state)."""
+"""fio steps on a host's DUTs: ``measure`` and ``precondition`` (rounds until steady state); a rounds run's
+measured cells (SNIA PTS-E, :mod:`orchestrator.runs.rounds`) and its WIPC passes (a ``precondition`` of one round)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ from labcontract.hostcpu import HostCpu
 from labcontract.power import ARTIFACT as POWER_ARTIFACT
 from labcontract.power import parse_host_power
 from labcontract.protocol import ARTIFACT_MAX_BYTES, MAX_STATUS_INTERVAL_S, StartStep
+from labcontract.rounds import is_wipc
 from labcontract.suite import Workload
 from orchestrator.kinds.base import KindContext
 from orchestrator.kinds.common import BaseKind, ctx_of, generic_start, result_provenance, run_devices
-from orchestrator.runs import loadcurve, opmode, preconditioning
+from orchestrator.runs import loadcurve, opmode, preconditioning, rounds
 from orchestrator.states import StepState
 from orchestrator.store.models import Attempt, Result, Run, Step
 
@@ -101,7 +103,13 @@ class FioKind(BaseKind):
                 log.warning("%s", left_out, extra=ctx_of(att))
             log.info("load curve: %d point(s) queued after the maximum (%.0f IOPS)", len(points),
                      metrics.combined.iops or 0.0, extra=ctx_of(att))
-        if step.kind == "precondition":
+        if rounds.is_rounds_step(step):
+            queued = rounds.after_cell(s, run, step, metrics, ctx.clock())
+            run.steps.extend(queued)
+            if queued:
+                log.info("round %d: not steady yet; round %d queued (%d steps)", step.round, step.round + 1,
+                         len(queued), extra=ctx_of(att))
+        if step.kind == "precondition" and not is_wipc(step.cell):
             nxt = preconditioning.after_round(s, run, step, metrics, ctx.clock())
             if nxt is not None:
                 run.steps.append(nxt)
@@ -112,8 +120,12 @@ class FioKind(BaseKind):
 
     def after_end(self, ctx: KindContext, s: Session, att: Attempt) -> None:
         step = att.step
-        if step.kind == "precondition" and step.state == StepState.FAILED:
+        if step.state != StepState.FAILED:
+            return
+        if step.kind == "precondition" and not is_wipc(step.cell):
             preconditioning.fail_group(s, step.run, step, att.reason, ctx.clock())
+        elif rounds.is_rounds_step(step):
+            rounds.fail_cell(s, step.run, step, att.reason, ctx.clock())
 
 
 # fio's --status-interval stream (fio.json) must stay within an artifact's bound (ARTIFACT_MAX_BYTES, 128 MiB): a

@@ -156,3 +156,74 @@ def import_(
           f"(of {len(bundle.runs)} in {bundle.source})")
     if outcome.refused:
         raise typer.Exit(1)
+
+
+def import_fio(
+    files: Annotated[list[Path], typer.Argument(metavar="FILE.json", help="fio --output-format=json+ (or json) "
+                                                "output made outside the lab: of a local run, or of fio --client "
+                                                "driving fio --server processes.")],
+    device: Annotated[str, typer.Option(help="The device the output was measured on (its name or path, as the "
+                                             "reports show it).")],
+    host: Annotated[str, typer.Option(help="The host it was measured on (with fio --client: the host that "
+                                           "stands for the servers).")],
+    suite_name: Annotated[str | None, typer.Option(help="The run's suite name (default: the first file's name "
+                                                        "without .json).")] = None,
+    lab: Annotated[str, typer.Option("--lab", help="The lab the run is tagged with (where it was "
+                                                   "measured).")] = "external",
+    note: Annotated[str, typer.Option(help="A note the run keeps (its reason column and every result's "
+                                           "provenance).")] = "",
+) -> None:
+    """Store fio JSON output made outside the lab as a run of the lab, through the controller: one step per fio job
+    (with fio --client the servers' entries merged, percentiles from their merged histograms, as labctl analyze fio
+    prints them), the file itself kept as each step's fio.json artifact, the run tagged with --lab and its
+    provenance naming the file, its sha256, the fio version and fio's job options. Every file is judged first
+    (every problem listed, nothing imported when one is bad: exit code 2). Importing the same files again changes
+    nothing; the same files with other options are refused (exit code 1)."""
+    import re
+
+    from labcontract.rundoc import LAB_RE, TEXT_MAX
+    from labcontract.transport import redis_client
+    from orchestrator.export.bundle import LoadedBundle
+    from orchestrator.fiorun import FioFile, FioImportError, Target, build_run, read_fio_file
+    from orchestrator.runs.client import ControllerClient
+
+    try:
+        problems: list[Problem] = []
+        if not re.match(LAB_RE, lab):
+            problems.append(Problem("--lab", f"{lab[:80]!r}: a lab name is 1-64 letters, digits, '_', '.', '-'"))
+        for option, value, limit in (("--host", host, 128), ("--device", device, 512),
+                                     ("--suite-name", suite_name or "-", 128), ("--note", note or "-", TEXT_MAX)):
+            if not value.strip() or len(value) > limit or not value.isprintable():
+                problems.append(Problem(option, f"{value[:80]!r}: 1 to {limit} printable characters"))
+        read: list[FioFile] = []
+        for path in files:
+            try:
+                read.append(read_fio_file(path))
+            except FioImportError as e:
+                problems += e.problems
+        doc = None
+        if read:       # the files read so far judged as steps too: every problem of every file at once
+            try:
+                doc = build_run(read, Target(host=host, device=device, suite_name=suite_name or "", note=note))
+            except FioImportError as e:
+                problems += e.problems
+        if problems or doc is None:
+            raise FioImportError(problems)
+        content = {f.sha256: f.raw for f in read}
+        bundle = LoadedBundle("fio output", lab, [doc], content.get)
+        client = ControllerClient(redis_client(State.config.broker_url), timeout_s=120)
+        outcome = import_runs(bundle, lab, client)
+    except LabError as e:
+        fail(str(e))
+        raise typer.Exit(2) from None
+    for rid in outcome.imported:
+        print(f"{rid}: imported ({len(doc.steps)} steps from {len(read)} file{'s' if len(read) != 1 else ''}, "
+              f"lab {lab})")
+    for rid in outcome.unchanged:
+        print(f"{rid}: unchanged (imported before)")
+    for rid, why in outcome.refused:
+        again = " (these files were imported before with other options: --device, --host, --lab, --note or " \
+                "--suite-name)" if "stored already" in why else ""
+        print(f"{rid}: refused: {why}{again}")
+    if outcome.refused:
+        raise typer.Exit(1)

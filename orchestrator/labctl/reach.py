@@ -48,6 +48,8 @@ NOT_THROUGH_API: dict[str, str] = {
     "lab up": "it starts a lab on this machine",
     "broker acl": "it writes the broker's ACL file on the broker's host",
     "import": "the controller takes imported runs through the broker (an admin's broker user on the central lab)",
+    "import-fio": "the controller takes imported runs through the broker (a broker user of the lab that may send "
+                  "commands)",
     "run report": "the Markdown report links the artifacts on the store's disk: use `labctl report RUN --html FILE` "
                   "or `labctl artifacts RUN`",
     "prometheus targets": "the agents' metrics addresses are read from the store: give --inventory DIR instead of "

@@ -20,11 +20,12 @@ from orchestrator.states import TERMINAL_RUN
 def add_report_commands(app: typer.Typer) -> None:
     """Register the commands of this module as top-level ``labctl`` commands."""
     from orchestrator.labctl.artifacts import artifacts
-    from orchestrator.labctl.imports import import_
+    from orchestrator.labctl.imports import import_, import_fio
 
     for fn in (compare, report, export, artifacts):
         app.command()(fn)
     app.command("import")(import_)
+    app.command("import-fio")(import_fio)
 
 
 RUNS_HELP = "Run ids, unique prefixes, or 'last'."

@@ -72,11 +72,20 @@ def suite_render(
     from labcontract.suite import load_suite
     from orchestrator.runs.planner import plan
 
+    def step_cell(cell: dict[str, object]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in cell.items())
+
     s = load_suite(suite)
     devices = device or [DUT_PLACEHOLDER] if s.devices is None else device or [
         DUT_PLACEHOLDER if i == 0 else f"${{LAB_DUT{i}}}" for i in range(s.devices)]
+    rounds = s.phases.rounds
     for step in plan(s, devices, runtime=runtime, scale=scale, repeat=repeat):
         more = " (further rounds until steady state)" if step.kind == "precondition" else ""
+        if rounds is not None and step.kind == "precondition":
+            more = " (workload-independent preconditioning: the DUT written through once)"
+        elif rounds is not None and step.kind == "measure":
+            more = (f" (round 1; every cell again each round until {step_cell(rounds.cell)} is steady in "
+                    f"{rounds.track}, at most {rounds.max_rounds} rounds)")
         print(f"### step {step.seq}: {step.kind} {step.name}{more}")
         if step.note:
             print(f"; {step.note}")

@@ -13,6 +13,11 @@ the steady state they were preconditioned to) or the cells of an OP mode without
 device or the host over the segment then spreads over every cell's repeats instead of landing on one cell.
 ``back_to_back`` runs each cell's repeats in a row (a cell's spread then shows short-term noise only).
 
+A suite with ``phases.rounds`` (SNIA PTS-E's form, :mod:`labcontract.rounds`) plans per OP mode [purge], the
+workload-independent preconditioning (two ``wipc.pass<N>`` steps of kind ``precondition``) and round 1: every
+measured cell once, its cell holding ``round: 1``. The controller appends the next round when a round ends and the
+tracked cell is not steady yet (:mod:`orchestrator.runs.rounds`).
+
 A cell with a ``load_curve`` is measured as usual (its maximum); its cell holds the curve's percentages, and
 when its result is stored the controller adds one rate-limited step per percentage right after it
 (:mod:`orchestrator.runs.loadcurve`).
@@ -29,6 +34,7 @@ from labcontract.appsuite import app_start, fs_size_bytes, ladder, point_dim, te
 from labcontract.fioextra import NOT_IN_PRECONDITION
 from labcontract.fiojob import render_job, workload_lines
 from labcontract.loadcurve import CURVE
+from labcontract.rounds import ROUND, WIPC, WIPC_BS, WIPC_IODEPTH, WIPC_PASSES, round_of
 from labcontract.suite import (
     Cell,
     Precondition,
@@ -54,6 +60,14 @@ class PlannedStep:
     cell: dict[str, Any] = field(default_factory=dict)   # profile, op_mode, swept dims
     note: str = ""
     host: str | None = None       # a network step's host (None: the run's host)
+
+    @property
+    def round(self) -> int:
+        """A precondition's round (1) or a rounds run's (:mod:`labcontract.rounds`); 0 for any other step."""
+        return 1 if self.kind == "precondition" else (round_of(self.cell) or 0)
+
+    def step_id(self, run_id: str) -> str:
+        return f"{run_id}-s{self.seq:03d}" + (f"-r{self.round:03d}" if self.round else "")
 
 
 @dataclass(frozen=True)
@@ -143,6 +157,13 @@ def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
             add(purge_kind, f"{purge_kind.replace('_', '-')}.{mode}", None,
                 {"op_mode": op_mode, "purge": suite.phases.purge})
         _fp, note = op_footprint(op_mode, None)
+        if suite.phases.rounds is not None:
+            for i, w in enumerate(wipc_workloads(suite, cells) if suite.phases.rounds.wipc else ()):
+                add("precondition", w.name, w, {"op_mode": op_mode, "profile": WIPC, WIPC: i + 1}, note)
+            for c in cells:
+                w = round_cell_workload(c.workload, 1)
+                add("measure", w.name, w, {"op_mode": op_mode, "profile": c.profile, **c.dims, ROUND: 1}, note)
+            continue
         for segment in _segments(cells, pc is not None):
             c = segment[0]
             if pc is not None and c.precondition:
@@ -161,6 +182,26 @@ def plan(suite: Suite, devices: Sequence[str], *, runtime: int | None = None,
     if provision:
         add("facts", "facts.after", None, {"phase": "after"})
     return steps
+
+
+def round_cell_workload(w: Workload, round_no: int) -> Workload:
+    """A rounds run's cell in round ``round_no`` (``<cell>.round<N>``: a job section's name)."""
+    return w.model_copy(update={"name": f"{w.name.rsplit('.round', 1)[0]}.round{round_no}"})
+
+
+def wipc_workloads(suite: Suite, cells: Sequence[Cell]) -> list[Workload]:
+    """SNIA PTS-E's workload-independent preconditioning of one OP mode's footprint: two passes of 128 KiB
+    sequential writes over it (not time based: each ends when the footprint is written, or at ``wipc_limit``)."""
+    rounds = suite.phases.rounds
+    assert rounds is not None and cells
+    first = cells[0]
+    prefix = f"{first.op_mode.replace(':', '')}." if len(suite.op_modes) > 1 else ""
+    base = first.workload.model_copy(update={
+        "rw": "write", "bs": WIPC_BS, "numjobs": 1, "iodepth": WIPC_IODEPTH, "runtime": rounds.wipc_limit,
+        "ramp_time": 0, "time_based": False, "rwmixread": None, "percentage_random": None,
+        **dict.fromkeys((*NOT_IN_PRECONDITION, "bssplit", "random_distribution", "offset", "offset_increment"))})
+    return [Workload.model_validate({**base.model_dump(), "name": f"{prefix}wipc.pass{i}"})
+            for i in range(1, WIPC_PASSES + 1)]
 
 
 def _segments(cells: Sequence[Cell], preconditioned: bool) -> list[list[Cell]]:

@@ -29,7 +29,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from labcontract.loadcurve import CURVE
-from labcontract.suite import Precondition, Workload, fio_kind_version
+from labcontract.rounds import is_wipc, round_of
+from labcontract.suite import Precondition, Rounds, Workload, fio_kind_version
 from orchestrator.runs.health import unavailable
 from orchestrator.runs.loadcurve import is_maximum
 from orchestrator.runs.netgroups import hosts_of
@@ -168,30 +169,41 @@ def _precondition(run: Run) -> Precondition | None:
         return None
 
 
-def step_seconds(step: Step, pc: Precondition | None, *, upper: bool) -> float:
+def _rounds(run: Run) -> Rounds | None:
+    try:
+        return suite_of(run).phases.rounds
+    except Exception:  # as _precondition: an estimate never breaks scheduling
+        return None
+
+
+def step_seconds(step: Step, pc: Precondition | None, *, upper: bool, rounds: Rounds | None = None) -> float:
     """Expected length of a step; a precondition round stands for its whole group, bounded above by
-    max_rounds and below by the steady-state window."""
+    max_rounds and below by the steady-state window; so does a rounds run's cell (its rounds to come)."""
     if step.workload is None:
         return 60.0                                   # a purge: discard is quick on SSDs
     seconds = float(Workload.model_validate(step.workload).expected_seconds)
     if is_maximum(step):                              # its curve's points follow it, once it has a result
         seconds *= 1 + len(step.cell.get(CURVE) or [])
-    if step.kind == "precondition" and pc is not None:
+    if step.kind == "precondition" and pc is not None and not is_wipc(step.cell):
         rounds_left = (pc.max_rounds if upper else pc.window) - step.round + 1
+        seconds *= max(rounds_left, 1)
+    elif rounds is not None and round_of(step.cell or {}) is not None and step.kind == "measure":
+        rounds_left = (rounds.max_rounds if upper else rounds.window) - step.round + 1
         seconds *= max(rounds_left, 1)
     return seconds
 
 
 def remaining_seconds(run: Run, now: float, *, upper: bool) -> float:
     pc = _precondition(run) if any(st.kind == "precondition" for st in run.steps) else None
+    rounds = _rounds(run) if any(st.kind == "measure" and round_of(st.cell or {}) for st in run.steps) else None
     total = 0.0
     for st in run.steps:
         if st.state == StepState.PENDING:
-            total += step_seconds(st, pc, upper=upper)
+            total += step_seconds(st, pc, upper=upper, rounds=rounds)
         elif st.state in ACTIVE_STEP:
             att = st.attempts[-1] if st.attempts else None
             spent = now - att.fio_started_at if att is not None and att.fio_started_at else 0.0
-            total += max(step_seconds(st, pc, upper=upper) - spent, 0.0)
+            total += max(step_seconds(st, pc, upper=upper, rounds=rounds) - spent, 0.0)
     return total
 
 

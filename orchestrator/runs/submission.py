@@ -54,8 +54,9 @@ def judge(s: Session | None, suite: Suite | None, host: str, devices: Sequence[s
     problems: list[Problem] = []
     if suite is not None:
         problems += override_problems(suite, runtime, scale) + repeat_problems(suite, repeat)
-        if max_rounds is not None and suite.phases.precondition is None:
-            problems.append(Problem(keys.max_rounds, f"suite {suite.name} has no precondition phase to cap"))
+        if max_rounds is not None and suite.phases.precondition is None and suite.phases.rounds is None:
+            problems.append(Problem(keys.max_rounds, f"suite {suite.name} has no precondition or rounds phase to "
+                                                     "cap"))
     if suite is not None and suite.network is not None:
         if devices:
             problems.append(Problem(keys.device, "a network suite measures paths, not DUTs: name no device"))

@@ -44,14 +44,15 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from labcontract.errors import InputError, Problem
+from labcontract.rounds import round_of
 from orchestrator.cellmetrics import HEADLINE, app_values, cell_entries, storage_values
 from orchestrator.cells import CellKey, cell_key, cell_label, key_label
-from orchestrator.queries import RunDetail
+from orchestrator.queries import RunDetail, in_window, round_windows
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.stats.changepoints import MAX_POINTS, MIN_SIZE, ChangePoint, detect_changes, min_points
 from orchestrator.stats.noise import Noise, noise_of
 from orchestrator.stats.samples import MAX_FIGURE
-from orchestrator.store.models import Device, NetGroup, RegressionAck, Result, Run, Step
+from orchestrator.store.models import Device, NetGroup, PreconditionRecord, RegressionAck, Result, Run, Step
 
 HISTORY_POINTS = min(250, MAX_POINTS)   # a series is judged on its latest runs (a nightly: 8 months)
 THRESHOLD_PCT = 5.0        # a change smaller than this (in % of the mean before) is never a regression
@@ -230,6 +231,19 @@ def _steps(s: Session, runs: dict[str, _RunRow], run_ids: Any) -> None:
                 run.cells.append(entry)
 
 
+def _keep_windows(s: Session, runs: dict[str, _RunRow]) -> None:
+    """A rounds run's cells (labcontract.rounds): only the reported window's rounds, as the run's own reports."""
+    rounded = [rid for rid, r in runs.items() if any(round_of(c) is not None for _k, c, _r, _f, _w in r.cells)]
+    if not rounded:
+        return
+    records: dict[str, list[PreconditionRecord]] = {}
+    for rec in s.scalars(select(PreconditionRecord).where(PreconditionRecord.run_id.in_(rounded))):
+        records.setdefault(rec.run_id, []).append(rec)
+    for rid in rounded:
+        windows = round_windows(records.get(rid, []))
+        runs[rid].cells = [c for c in runs[rid].cells if c[0] != "measure" or in_window(c[1], windows)]
+
+
 Values = tuple[CellKey, dict[str, float | None], str, str]     # cell key, figures, fingerprint, the cell's name
 
 
@@ -283,6 +297,7 @@ def load_series(s: Session, *, host: str | None = None, suite: str | None = None
     if not runs:
         return []
     _steps(s, runs, run_ids)
+    _keep_windows(s, runs)
     devices = _device_ids(s, list(runs.values()), run_ids)
     nets = [r for r in runs.values() if r.network]
     net_values = _net_values(s, nets) if nets else {}

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from labcontract.rounds import round_of
 from orchestrator.cellmetrics import Metric, cell_entries, metrics_of, run_kind
 from orchestrator.cells import CellKey, key_label
 from orchestrator.queries import RunDetail
@@ -59,8 +60,8 @@ def run_samples(d: RunDetail, with_op_mode: bool = False) -> dict[CellKey, CellS
 
 
 def is_repeated(d: RunDetail) -> bool:
-    """Whether some cell of the run was planned more than once."""
-    return any(s.cell.get("repeat", 1) != 1 for s in d.steps)
+    """Whether some cell of the run was planned more than once (a rounds run's cells: once per round)."""
+    return any(s.cell.get("repeat", 1) != 1 or (round_of(s.cell) or 0) > 1 for s in d.steps)
 
 
 def summary_metrics(d: RunDetail) -> Sequence[Metric]:

@@ -19,6 +19,7 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from labcontract.errors import LabError
+from labcontract.rounds import is_wipc
 from orchestrator.provenance import override_warnings
 from orchestrator.runfacts import overridden, override_rows, precondition_fact, precondition_labels
 from orchestrator.states import TERMINAL_RUN
@@ -111,7 +112,7 @@ def preconditioning(steps: Sequence[dict[str, Any]], records: Iterable[Precondit
     by_seq = {rec.seq: precondition_fact(rec, labels.get(rec.seq)) for rec in records}
     groups: dict[int, list[dict[str, Any]]] = {}
     for st in steps:
-        if st["kind"] == "precondition":
+        if st["kind"] == "precondition" and not is_wipc(st.get("cell")):   # a WIPC pass is no steady-state group
             groups.setdefault(st["seq"], []).append(st)
     out = []
     for seq, rounds in sorted(groups.items()):
@@ -167,7 +168,7 @@ def page_view(s: Session, run: Run, steps: Sequence[dict[str, Any]]) -> dict[str
     recs = records(s, run.id)
     labels = precondition_labels(run.steps)
     precond = preconditioning(steps, recs, planned_max_rounds(run), labels) if any(
-        st["kind"] == "precondition" for st in steps) else []
+        st["kind"] == "precondition" and not is_wipc(st.get("cell")) for st in steps) else []
     return {"preconditions": [precondition_fact(r, labels.get(r.seq)) for r in recs],
             "overrides": overridden(override_rows(run)),
             "warnings": override_warnings(run), "preconditioning": precond,

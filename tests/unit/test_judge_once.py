@@ -80,4 +80,4 @@ def test_judge_without_the_store_judges_the_suite_only() -> None:
     suite = parse_suite(PLAIN, "plain.yaml")
     assert submission.judge(None, suite, "anyhost", ("anything",)) == []
     (p,) = submission.judge(None, suite, "h", ("d",), max_rounds=2, keys=submission.API_KEYS)
-    assert p.location == "max_rounds" and "no precondition phase to cap" in p.message
+    assert p.location == "max_rounds" and "no precondition or rounds phase to cap" in p.message

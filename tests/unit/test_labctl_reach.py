@@ -59,6 +59,7 @@ def test_a_command_that_cannot_go_through_the_api_refuses_it_with_the_reason(pat
     os.chmod(token, 0o600)
     lab_dir = tmp_path / "lab"
     args = {"run report": ["r20260101-abcdef"], "import": [str(tmp_path / "export")],
+            "import-fio": [str(tmp_path / "out.json"), "--device", "nvme0", "--host", "h1"],
             "prometheus targets": ["--dir", str(tmp_path / "targets")],
             "broker acl": ["--hosts", "h1", "--out", str(tmp_path / "targets" / "acl")]}.get(path, [])
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAB_")}

@@ -193,7 +193,7 @@ def test_max_rounds_caps_the_precondition_and_is_refused_without_one(ctl_r: Any,
         assert rec.steady is False and rec.verdict.startswith("not steady after 2 rounds (max_rounds 2)")
     bad = ctl.submit(Submit(run_id="p2", suite_source="two.yaml", suite_text=SUITE, host="h1", devices=("dut0",),
                             max_rounds=3, reply_to="-"))
-    assert not bad.ok and bad.errors == ("--max-rounds: suite two has no precondition phase to cap",)
+    assert not bad.ok and bad.errors == ("--max-rounds: suite two has no precondition or rounds phase to cap",)
 
 
 def test_a_failed_precondition_round_reruns_and_its_group_goes_on(ctl_r: Any, fio_outputs: dict[str, bytes]) -> None:

@@ -13,6 +13,7 @@ from orchestrator.htmlreport.charts import (  # noqa: F401
     network,
     power,
     precondition,
+    pts,
     repeats,
     scaling,
     significance,
