@@ -36,14 +36,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
-from urllib.parse import urlsplit
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from labcontract.errors import ConfigError
-from labcontract.power import MAX_WATTS, HostPower, Reading, not_measured, summarise
+from labcontract.power import MAX_WATTS, BmcFields, HostPower, Reading, not_measured, summarise
 
 log = logging.getLogger(__name__)
 
@@ -58,31 +57,11 @@ class BmcError(Exception):
     """A BMC request failed or answered something this module refuses (the reason a step's power is missing)."""
 
 
-class BmcConfig(BaseModel):
-    """One host's BMC, as its agent's configuration declares it."""
+class BmcConfig(BmcFields):
+    """One host's BMC, as its agent's configuration declares it (the inventory's form: labcontract.power)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    url: Annotated[str, Field(max_length=512)]
-    user: Annotated[str, Field(min_length=1, max_length=128)]
     password_file: Path
     ca_file: Path | None = None
-    verify_tls: bool = True
-    chassis: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
-    timeout_s: Annotated[float, Field(gt=0, le=30, allow_inf_nan=False)] = 2.0
-    interval_s: Annotated[float, Field(ge=0.2, le=60, allow_inf_nan=False)] = 1.0
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        parts = urlsplit(v)
-        if parts.scheme not in ("https", "http") or not parts.hostname:
-            raise ValueError("must be an https:// (or http://) URL naming the BMC")
-        if parts.username or parts.password:
-            raise ValueError("must not hold credentials (user, password_file)")
-        if parts.query or parts.fragment:
-            raise ValueError("must name the service only (no query or fragment)")
-        return v.rstrip("/")
 
 
 def load_bmc(path: Path) -> tuple[BmcConfig, str]:

@@ -20,6 +20,7 @@ from labcontract.inventory_values import (
     host_address,
     safe_path,
 )
+from labcontract.power import BmcFields
 
 KNOWN_GROUPS = ("controller", "agents", "windows_agents", "targets", "initiators")
 WINDOWS_GROUP = "windows_agents"          # Windows agent hosts (playbooks/windows_agent.yml; docs/windows.md)
@@ -147,6 +148,20 @@ class Nic(BaseModel):
         return v
 
 
+class InventoryBmc(BmcFields):
+    """A host's ``lab_agent_bmc`` (docs/power.md): the role writes the agent's ``--bmc`` file from it and copies the
+    password's file and the CA from the control node (a vault-encrypted file is decrypted by the copy); the password
+    itself is never in the inventory, on a command line or in a log."""
+
+    password_src: str
+    ca_src: str | None = None
+
+    @field_validator("password_src", "ca_src")
+    @classmethod
+    def _src(cls, v: str | None) -> str | None:
+        return v if v is None else safe_path(v, "a file on the control node")
+
+
 class HostVars(BaseModel):
     """The keys of a host's merged variables that we define; other Ansible variables pass through."""
 
@@ -165,6 +180,10 @@ class HostVars(BaseModel):
     lab_agent_script: str | None = None
     lab_agent_drive_health_socket: str | None = None
     lab_agent_drive_health_config: str | None = None
+    lab_agent_bmc: InventoryBmc | None = None
+    lab_agent_bmc_config: str | None = None
+    lab_agent_bmc_password_file: str | None = None
+    lab_agent_bmc_ca: str | None = None
     duts: tuple[Dut, ...] = ()
     nics: tuple[Nic, ...] = ()
     metrics_address: str | None = None
@@ -176,7 +195,8 @@ class HostVars(BaseModel):
 
     @field_validator("lab_state_dir", "lab_agent_venv", "lab_agent_state_dir", "lab_agent_log_dir",
                      "lab_agent_run_dir", "lab_agent_script", "lab_agent_drive_health_socket",
-                     "lab_agent_drive_health_config")
+                     "lab_agent_drive_health_config", "lab_agent_bmc_config", "lab_agent_bmc_password_file",
+                     "lab_agent_bmc_ca")
     @classmethod
     def _paths(cls, v: str | None) -> str | None:
         return v if v is None else safe_path(v)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from labcontract.bounds import MAX_COUNT, MAX_SECONDS, Epoch, FactText
 from labcontract.drivehealth import parse_artifact
@@ -28,6 +29,33 @@ MAX_SERIES = 7_200                 # per-second readings kept (two hours); longe
 MIN_COVERAGE = 0.5                 # under half the step's seconds read: the figure says so beside it
 
 Watts = Annotated[float, Field(ge=0.0, le=MAX_WATTS, allow_inf_nan=False)]
+
+
+class BmcFields(BaseModel):
+    """What declares a host's BMC, but its secrets: the agent's ``--bmc`` file adds ``password_file`` and
+    ``ca_file`` (agents.power.BmcConfig), the inventory's ``lab_agent_bmc`` ``password`` and ``ca_src``
+    (labcontract.inventory_models.InventoryBmc, which playbooks/roles/lab_agent writes into that file)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: Annotated[str, Field(max_length=512)]
+    user: Annotated[str, Field(min_length=1, max_length=128)]
+    verify_tls: bool = True
+    chassis: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = None
+    timeout_s: Annotated[float, Field(gt=0, le=30, allow_inf_nan=False)] = 2.0
+    interval_s: Annotated[float, Field(ge=0.2, le=60, allow_inf_nan=False)] = 1.0
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            raise ValueError("must be an https:// (or http://) URL naming the BMC")
+        if parts.username or parts.password:
+            raise ValueError("must not hold credentials (user, password_file)")
+        if parts.query or parts.fragment:
+            raise ValueError("must name the service only (no query or fragment)")
+        return v.rstrip("/")
 Reading = Literal["Power.PowerControl", "EnvironmentMetrics.PowerWatts"]
 
 

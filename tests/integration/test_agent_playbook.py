@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import grp
+import json
 import os
 import pwd
 import shutil
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy.orm import Session, sessionmaker
 
 from labcontract.inventory import load_inventory
@@ -54,6 +56,7 @@ from tests.ansible_helpers import (
     project_wheel,
     run_playbook,
 )
+from tests.redfish import WATTS, redfish_mockup
 from tests.unit.test_agent_deps import base_requirements, closure
 
 pytestmark = pytest.mark.integration
@@ -92,6 +95,26 @@ def host_vars(tmp_path: Path, prefix: Path, broker: str, metrics_port: int, user
         "lab_agent_broker_url": broker, "lab_agent_metrics_port": metrics_port,   # bound to metrics_address
         "metrics_address": f"127.0.0.1:{metrics_port}", "lab_agent_stop_timeout": 15,
     }
+
+
+BMC_PASSWORD = "lab-bmc-password\n"
+
+
+def bmc_vars(tmp_path: Path, prefix: Path, url: str) -> dict[str, Any]:
+    """The host's BMC: sushy-static's mockup, the password's file on the "control node" (this machine)."""
+    src = tmp_path / "bmc-password"
+    src.write_text(BMC_PASSWORD)
+    return {"lab_agent_bmc": {"url": url, "user": "storagelab", "password_src": str(src), "interval_s": 0.5},
+            "lab_agent_bmc_config": str(prefix / "bmc" / "bmc.yaml"),
+            "lab_agent_bmc_password_file": str(prefix / "bmc" / "bmc-password")}
+
+
+def step_watts(db: sessionmaker[Session], run_id: str) -> float | None:
+    from orchestrator.store.models import Result
+
+    with db() as s:
+        (res,) = s.query(Result).filter(Result.run_id == run_id).all()
+        return ((res.provenance or {}).get("power") or {}).get("avg_w")
 
 
 def agent_dependency_dir(dest: Path) -> Path:
@@ -266,12 +289,13 @@ def test_agent_playbook_runs_for_real_and_a_second_run_changes_nothing(tmp_path:
     lab = Lab(tmp_path / "lab")
     pids: list[int] = []
     uid = free_id()
-    with throwaway_user_and_prefix() as (user, prefix), interpreter_reachable(uid):   # prefix stands for /
-        run_the_playbook_twice(tmp_path, prefix, (user, uid), lab, pids, t0)
+    with throwaway_user_and_prefix() as (user, prefix), interpreter_reachable(uid), \
+            redfish_mockup(tmp_path / "sushy.log") as bmc:   # prefix stands for /
+        run_the_playbook_twice(tmp_path, prefix, (user, uid), lab, pids, t0, bmc.url)
 
 
 def run_the_playbook_twice(tmp_path: Path, prefix: Path, account: tuple[str, int], lab: Lab, pids: list[int],
-                           t0: float) -> None:
+                           t0: float, bmc_url: str) -> None:
     user, uid = account
     try:
         lab.start_redis()
@@ -283,7 +307,8 @@ def run_the_playbook_twice(tmp_path: Path, prefix: Path, account: tuple[str, int
             wanted = next(s for s in ("mq-deadline", "none") if s != original)
             inv = local_inventory(tmp_path / "inv", [{"name": "dut0", "kind": "loop", "path": dev,
                                                       "scheduler": wanted}],
-                                  **host_vars(tmp_path, prefix, broker, free_port(), user, uid))
+                                  **host_vars(tmp_path, prefix, broker, free_port(), user, uid),
+                                  **bmc_vars(tmp_path, prefix, bmc_url))
             load_inventory(inv)           # what the playbook reads is a valid lab inventory
             since = time.time()
             try:
@@ -356,6 +381,19 @@ def run_the_playbook_twice(tmp_path: Path, prefix: Path, account: tuple[str, int
                 assert isinstance(fio, int) and proc_uid(fio) == uid
                 assert wait_for(lambda: run_state(db, run_id) in ("SUCCEEDED", "FAILED"), 90, "the run to end")
                 assert run_state(db, run_id) == "SUCCEEDED", run_state(db, run_id)
+
+                # the host's BMC (lab_agent_bmc): the role wrote the agent's --bmc file and the password's, both
+                # root's and readable by the agent's group only; the step's power was read from the Redfish mockup
+                bmc_file, pw_file = prefix / "bmc" / "bmc.yaml", prefix / "bmc" / "bmc-password"
+                assert f" --bmc {bmc_file}" in cmdline, cmdline
+                for f in (bmc_file, pw_file):
+                    st = f.stat()
+                    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, uid, 0o640), (f, st)
+                assert pw_file.read_text() == BMC_PASSWORD
+                assert yaml.safe_load(bmc_file.read_text()) == {"url": bmc_url, "user": "storagelab",
+                                                                "password_file": str(pw_file), "interval_s": 0.5}
+                assert step_watts(db, run_id) == WATTS
+                assert BMC_PASSWORD.strip() not in json.dumps([e.get("stdout", "") for e in first.events])
 
                 # the second run: nothing to do, the same agent keeps running
                 second = run_playbook("agent.yml", inv, tmp_path / "run2")

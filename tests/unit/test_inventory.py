@@ -297,3 +297,27 @@ def test_windows_disks_are_refused_where_they_cannot_be_and_every_problem_is_nam
         "//./PhysicalDrive1",
     ):
         assert expected in text, (expected, text)
+
+
+def test_a_hosts_bmc_is_judged_with_every_problem_and_its_password_never_in_the_inventory(tmp_path: Path) -> None:
+    """lab_agent_bmc (playbooks/roles/lab_agent, docs/power.md): the agent's --bmc keys, the password's and the CA's
+    files on the control node by absolute path; a password itself or an unknown key is refused."""
+    a2 = "duts:\n  - {name: d, path: /dev/disk/by-id/nvme-X_2, serial: S2}\n"
+    good = write(tmp_path / "good", {"hosts.yml": HOSTS, "host_vars/a2.yml": a2, "host_vars/a1.yml": """\
+        duts: [{name: d, path: /dev/disk/by-id/nvme-X_1, serial: S1}]
+        lab_agent_bmc: {url: "https://bmc-a1.lab", user: storagelab, password_src: /srv/lab/bmc-a1.pw,
+                        ca_src: /srv/lab/bmc-ca.pem, interval_s: 1, chassis: 1U}
+        """})
+    assert load_inventory(good).host("a1").vars["lab_agent_bmc"]["url"] == "https://bmc-a1.lab"
+    bad = write(tmp_path / "bad", {"hosts.yml": HOSTS, "host_vars/a2.yml": a2, "host_vars/a1.yml": """\
+        duts: [{name: d, path: /dev/disk/by-id/nvme-X_1, serial: S1}]
+        lab_agent_bmc: {url: "ftp://user:pw@bmc", user: "", password_src: ../pw, password: hunter2, interval_s: 0}
+        lab_agent_bmc_config: relative/bmc.yaml
+        """})
+    with pytest.raises(InventoryError) as err:
+        load_inventory(bad)
+    text = str(err.value)
+    for key in ("lab_agent_bmc.url", "lab_agent_bmc.user", "lab_agent_bmc.password_src", "lab_agent_bmc.password:",
+                "lab_agent_bmc.interval_s", "lab_agent_bmc_config"):
+        assert key in text, (key, text)
+    assert "hunter2" not in text.replace("password: hunter2", "")
