@@ -14,6 +14,7 @@ Layout under the agent's state directory::
         rc              fio's exit code, written by the wrapper shell when fio exits
         host-cpu.start  host-cpu.end   the ``cpu`` lines of /proc/stat just before and just after the process (Linux's
                         wrapper; labcontract.hostcpu)
+        drive-temp.json    the DUTs' temperature every second while it ran (agents.drivetemp), when they have a sensor
         host-power.json    the host's power while the process ran, read from its BMC (agents.power), when the kind
                         samples it (StepKind.samples_power) and the agent has a BMC declared
         drive-health.json  the DUTs' health (NVMe smart-log / smartctl) before the launch and after the end, when the
@@ -53,6 +54,7 @@ from pathlib import Path
 from agents import kinds
 from agents.attempt import Attempt
 from agents.drivehealth import HealthSource
+from agents.drivetemp import TempSampler
 from agents.kinds import Host, StepKind, Targets, same_device
 from agents.kinds.fio import CheckedJob, checked_job
 from agents.kinds.net import net_spec
@@ -61,6 +63,7 @@ from agents.platform import Platform, current
 from agents.power import PowerSampler, RedfishPower, restarted
 from labcontract.drivehealth import ARTIFACT as HEALTH_ARTIFACT
 from labcontract.drivehealth import DriveHealth, HealthReading, parse_drive_health
+from labcontract.drivetemp import ARTIFACT as TEMP_ARTIFACT
 from labcontract.errors import LabError, StepError
 from labcontract.facts import DeclaredDut, NetPathDecl
 from labcontract.power import ARTIFACT as POWER_ARTIFACT
@@ -119,6 +122,7 @@ class StepRunner:
         self.health: HealthSource | None = None   # reads the DUTs' health around a step (None: not read)
         self.power: RedfishPower | None = None    # the host's BMC, read during a step (None: not measured)
         self._power: dict[str, PowerSampler] = {}   # samplers of the attempts under way
+        self._temps: dict[str, TempSampler] = {}    # the DUTs' temperature, per attempt under way (agents.drivetemp)
 
     def attempt_path(self, attempt_id: str) -> Path:
         """The attempt's directory, inside the attempts directory (StepError for an id that is not path-safe)."""
@@ -195,6 +199,9 @@ class StepRunner:
         self._children[msg.attempt_id] = proc
         if self.power is not None and kind.samples_power:     # in its own thread: a BMC never delays the step
             self._power[msg.attempt_id] = PowerSampler(self.power, done=lambda: proc.poll() is not None).start()
+        if kind.samples_power and targets.duts:                # the same: a sensor never delays the step
+            self._temps[msg.attempt_id] = TempSampler([(d.name, d.path) for d in targets.duts],
+                                                      done=lambda: proc.poll() is not None).start()
         if self.on_exit is not None:
             notify = self.on_exit
             threading.Thread(target=lambda: (proc.wait(), notify()), name=f"wait-{proc.pid}", daemon=True).start()
@@ -340,6 +347,7 @@ class StepRunner:
         st = attempt.state()
         rc = attempt.exit_code
         self._write_power(attempt, kind=self.kind_of(attempt))
+        self._write_temps(attempt)
         arts, too_big = [], []
         kind = self.kind_of(attempt)
         names, tails = (kind.artifacts, kind.tails) if kind is not None else (kinds.all_artifacts(), ("fio.stderr",))
@@ -435,6 +443,18 @@ class StepRunner:
             f.write_text(power.model_dump_json())
         except OSError as e:
             log.warning("attempt %s: host power not recorded: %s", attempt.attempt_id, e)
+
+    def _write_temps(self, attempt: Attempt) -> None:
+        """The attempt's ``drive-temp.json`` from its sampler (once; none when no DUT has a sensor; never raises)."""
+        sampler = self._temps.pop(attempt.attempt_id, None)
+        temps = sampler.result() if sampler is not None else None
+        f = attempt.file(TEMP_ARTIFACT)
+        if temps is None or f.exists():
+            return
+        try:
+            f.write_text(temps.model_dump_json())
+        except OSError as e:
+            log.warning("attempt %s: drive temperatures not recorded: %s", attempt.attempt_id, e)
 
     def mark_reported(self, attempt: Attempt) -> None:
         attempt.file("reported").write_text(f"{time.time()}\n")

@@ -14,7 +14,7 @@ from labcontract.power import HostPower, describe, per_watt
 from orchestrator.queries import RunDetail
 from orchestrator.store.models import Result, Step
 
-COLUMNS = ("step", "host power", "IOPS/W", "MB/s/W", "drive °C before → after", "throttle")
+COLUMNS = ("step", "host power", "IOPS/W", "MB/s/W", "drive °C before → after", "throttle", "drive °C during")
 NOT_MEASURED = "not measured"
 POWER_METRICS = frozenset({"watts", "iops_per_w", "mb_s_per_w"})     # orchestrator.cellmetrics' power figures
 
@@ -84,7 +84,25 @@ def row(step: Step, res: Result | None) -> list[str]:
     eff = efficiency(res)
     temp, throttle = drive_cells(res)
     return [step.name, describe(result_power(res)), _fmt(eff["iops_per_w"], "{:,.1f}"),
-            _fmt(eff["mbs_per_w"], "{:,.3f}"), temp, throttle]
+            _fmt(eff["mbs_per_w"], "{:,.3f}"), temp, throttle, during(res)]
+
+
+def drive_temps(res: Result | None) -> dict[str, dict[str, Any]]:
+    """The result's per-second drive temperatures (labcontract.drivetemp.summary), per DUT; {} when none was read."""
+    found = ((res.provenance or {}) if res is not None else {}).get("drive_temp")
+    return {str(k): v for k, v in found.items() if isinstance(v, dict)} if isinstance(found, dict) else {}
+
+
+def during(res: Result | None) -> str:
+    """``nvme0 41-47 °C (avg 44.2, 60 readings)`` per DUT read every second during the step; ``-`` when none."""
+    out = []
+    for name, d in drive_temps(res).items():
+        if d.get("samples"):
+            out.append(f"{name} {d.get('min_c'):g}-{d.get('max_c'):g} °C (avg {d.get('avg_c'):g}, "
+                       f"{d.get('samples')} readings)")
+        else:
+            out.append(f"{name} not read ({d.get('error') or 'no sensor'})")
+    return ", ".join(out) or "-"
 
 
 def rows(detail: RunDetail) -> list[list[str]]:

@@ -21,6 +21,7 @@ from agents.kinds.base import Host, Interlock, Launch, LiveFigures, LiveSource, 
 from agents.platform import Platform
 from labcontract import hostcpu
 from labcontract.drivehealth import ARTIFACT as DRIVE_HEALTH
+from labcontract.drivetemp import ARTIFACT as DRIVE_TEMP
 from labcontract.errors import FioError
 from labcontract.facts import DeclaredDut
 from labcontract.fioextra import FIO_RATE_PAIR_VERSION
@@ -74,7 +75,7 @@ class FioKind(StepKind):
     action: ClassVar[str] = "fio"
     command_version: ClassVar[int] = FIO_RATE_PAIR_VERSION   # 2: the extended options; 3: rate_iops R,W
     artifacts: ClassVar[tuple[str, ...]] = ("job.fio", "fio.json", "fio.stderr", DRIVE_HEALTH, hostcpu.START,
-                                            hostcpu.END, HOST_POWER)
+                                            hostcpu.END, HOST_POWER, DRIVE_TEMP)
     reads_health: ClassVar[bool] = True
     samples_power: ClassVar[bool] = True
 

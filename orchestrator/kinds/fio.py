@@ -12,6 +12,8 @@ from sqlalchemy.orm import Session
 from labcontract import hostcpu, interlock
 from labcontract.drivehealth import ARTIFACT as HEALTH_ARTIFACT
 from labcontract.drivehealth import parse_drive_health
+from labcontract.drivetemp import ARTIFACT as TEMP_ARTIFACT
+from labcontract.drivetemp import parse_drive_temp, summary
 from labcontract.errors import FioError, ProtocolError, StepOutputError
 from labcontract.fiojob import device_section, render_job
 from labcontract.fioresult import StepMetrics, latency_bins, parse_fio_groups
@@ -94,6 +96,9 @@ class FioKind(BaseKind):
         power = host_power(att, (stored or {}).get(POWER_ARTIFACT))
         if power is not None:
             result.provenance = {**(result.provenance or {}), "power": power}
+        temps = drive_temps(att, (stored or {}).get(TEMP_ARTIFACT))
+        if temps:
+            result.provenance = {**(result.provenance or {}), "drive_temp": temps}
         s.add(result)
         if loadcurve.is_maximum(step):
             points, left_out = loadcurve.points_after(run, step, metrics)
@@ -198,6 +203,18 @@ def host_power(att: Attempt, raw: bytes | None) -> dict[str, Any] | None:
         # the per-second series stays in the artifact (host-power.json): the row keeps the summary
         return parse_host_power(raw, f"attempt {att.id} {POWER_ARTIFACT}").model_dump(mode="json",
                                                                                      exclude={"series"})
+    except ProtocolError as e:
+        log.warning("%s", e, extra=ctx_of(att))
+        return None
+
+
+def drive_temps(att: Attempt, raw: bytes | None) -> dict[str, Any] | None:
+    """The attempt's ``drive-temp.json`` (labcontract.drivetemp) as the result keeps it: per DUT its range, mean and
+    series in at most 360 points; None when the agent sent none or one that does not fit (logged)."""
+    if raw is None:
+        return None
+    try:
+        return summary(parse_drive_temp(raw, f"attempt {att.id} {TEMP_ARTIFACT}"))
     except ProtocolError as e:
         log.warning("%s", e, extra=ctx_of(att))
         return None

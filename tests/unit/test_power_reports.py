@@ -55,9 +55,9 @@ def test_rows_say_watts_per_watt_figures_temperature_and_throttle(db: sessionmak
         c = compare_runs(s, ["pw", "no"])
     (row,) = power.rows(measured)
     assert row[1:] == ["400 W avg, 400 W peak (10 of 10 s read)", "100.0", f"{40_000 * 4096 / 1e6 / 400:,.3f}",
-                       "dut0 41 → 47", "+3"]
+                       "dut0 41 → 47", "+3", "-"]
     (row,) = power.rows(unmeasured)
-    assert row[1:] == ["not measured", "not measured", "not measured", "-", "-"]
+    assert row[1:] == ["not measured", "not measured", "not measured", "-", "-", "-"]
     text = printed(c, width=400)
     assert "IOPS/W" in text and "100.0" in text and "not measured" in text
     cell = json.loads(as_json(c))["cells"][0]["runs"]
@@ -86,3 +86,39 @@ def test_the_controller_drops_a_host_power_that_does_not_fit(raw: bytes, monkeyp
     assert host_power(att, raw) is None
     assert "attempt a1 host-power.json" in caplog.text
     assert host_power(att, None) is None
+
+
+def test_drive_temperature_per_second_is_kept_printed_and_drawn_beside_the_iops(db: sessionmaker[Session],
+                                                                              tmp_path: Path, chromium: Any,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the controller keeps of a drive-temp.json, the text reports' column and the HTML report's thermal chart
+    (in Chromium: drawn, with data, no console error)."""
+    from labcontract.drivetemp import DriveSeries, DriveTemps, Unmeasured
+    from orchestrator.htmlreport import build_html
+    from orchestrator.kinds.fio import drive_temps
+
+    monkeypatch.setattr("orchestrator.kinds.fio.ctx_of", lambda att: {})
+    att = Attempt(id="a1", step_id="s1", number=1, host="h", device="/dev/x", state="SUCCEEDED", timeout_s=1)
+    raw = DriveTemps(duts=(DriveSeries(name="dut0", sensor="/sys/x/temp1_input", t=tuple(float(i) for i in range(10)),
+                                       c=tuple(40.0 + i / 2 for i in range(10))),),
+                     not_measured=(Unmeasured(name="dut1", reason="/dev/loop1: no hwmon temperature sensor"),))
+    kept = drive_temps(att, raw.model_dump_json().encode())
+    assert kept is not None and kept["dut0"]["min_c"] == 40.0 and kept["dut0"]["max_c"] == 44.5
+    assert drive_temps(att, b'{"duts": [{"name": "d", "sensor": "s", "t": [0], "c": [900]}]}') is None
+    with db() as s:
+        add_run(s, "hot", [(c4k(100), figures(40_000.0))])
+        for res in s.query(Result).filter(Result.run_id == "hot"):
+            res.series = {"t": [float(i + 1) for i in range(10)], "iops": [40_000.0 - i * 100 for i in range(10)]}
+        s.commit()
+        with_power(s, "hot", {"drive_temp": kept})
+        d = run_detail(s, "hot")
+    (row,) = power.rows(d)
+    assert row[-1] == "dut0 40-44.5 °C (avg 42.25, 10 readings), dut1 not read (/dev/loop1: no hwmon temperature " \
+                      "sensor)"
+    html = tmp_path / "hot.html"
+    html.write_text(build_html([d], workers=1).html)
+    page = chromium.open(html)
+    assert page.problems() == [], page.problems()
+    (fig,) = page.of("thermal")
+    assert fig.svg and fig.marks >= 2 and fig.points == 20, fig
+    assert [r[0] for r in fig.rows].count("dut0 °C") == 10 and fig.rows[0] == ["IOPS", "1.0", "40,000"]

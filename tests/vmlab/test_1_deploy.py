@@ -89,8 +89,14 @@ def test_site_yml_deploys_onto_real_hosts_and_a_suite_runs_on_nvme(deployed: Dep
     written = (a["data_units_written"] - b["data_units_written"]) * 512_000      # NVMe data units
     assert written >= result["write_bw_bytes"] * result["runtime_ms"] / 1000 * 0.9, (written, result)
     assert a["media_errors"] == b["media_errors"] == 0 and a["critical_warning"] == 0
+    # the drive's temperature every second of the step, from its hwmon sensor (the kernel's nvme driver asks the
+    # controller's SMART / Health log): a real sensor of an emulated drive, read by the agent that is not root
+    temps = result["provenance"]["drive_temp"]["nvme0"]
+    assert temps["samples"] >= 2 and 0 < temps["min_c"] <= temps["max_c"] < 100, temps
+    assert len(temps["t"]) == len(temps["c"]) == temps["samples"]
     shown = dep.labctl("run", "show", run_id).stdout
     assert "drive health: nvme0" in shown and "nvme smart-log around 1 step(s)" in shown, shown
+    assert f"nvme0 {temps['min_c']:g}-{temps['max_c']:g} °C (avg" in shown, shown
 
 
 def test_a_rebooted_agent_comes_back_through_systemd_and_the_lab_goes_on(deployed: Deployed) -> None:

@@ -17,6 +17,7 @@ from orchestrator.htmlreport.charts import (  # noqa: F401
     repeats,
     scaling,
     significance,
+    thermal,
     wsat,
 )
 from orchestrator.htmlreport.model import CHART_KINDS, ChartKind
