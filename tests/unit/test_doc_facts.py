@@ -1,6 +1,8 @@
 """The facts the docs state that code can check: the run and step states and the step kinds the README names, the
-chart kinds docs/reports.md's table lists, the artifact the agent sends for drive health. A doc that falls behind
-the code fails here, naming the doc and what it lacks."""
+chart kinds docs/reports.md's table lists, the built-in suites docs/suites.md's table and the README list, the
+protocol version docs/deployment.md states, the export formats docs/metrics.md names, the artifacts the agent sends
+for drive health and drive temperature. A doc that falls behind the code fails here, naming the doc and what it
+lacks."""
 
 from __future__ import annotations
 
@@ -89,3 +91,35 @@ def test_the_errors_module_draws_every_error_under_its_parent() -> None:
                if issubclass(cls, errors.LabError) and cls.__module__ == errors.__name__}
     defined["LabError"] = ""
     assert drawn == defined, "labcontract/errors.py: the drawn hierarchy differs from the classes"
+
+
+def test_the_suites_doc_and_the_readme_list_every_built_in_suite() -> None:
+    from labcontract.suite import builtin_suites
+
+    text = (ROOT / "docs" / "suites.md").read_text()
+    table = text[text.index("## Built-in suites"):text.index("## Importing fio job files")]
+    listed = set(re.findall(r"^\| `([a-z0-9-]+)` \|", table, re.M))
+    assert set(builtin_suites()) - listed == set(), "docs/suites.md: the built-in suites table lacks these"
+    assert {n for n in builtin_suites() if f"`{n}`" not in README} == set(), "README.md: the built-in suites lack these"
+
+
+def test_the_protocol_version_deployment_md_states_is_the_codes() -> None:
+    from labcontract.protocol import PROTOCOL_VERSION
+
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    (stated,) = re.findall(r"PROTOCOL_VERSION`, currently (\d+)\)", text)
+    assert int(stated) == PROTOCOL_VERSION, "docs/deployment.md states another protocol version"
+
+
+def test_the_metrics_doc_names_every_export_format() -> None:
+    from orchestrator.export import FORMATS
+
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    (line,) = re.findall(r"`labctl export RUN \[RUN\.\.\.\] --format ([a-z|]+)", text)
+    assert set(FORMATS) - set(line.split("|")) == set(), "docs/metrics.md: labctl export's --format lacks these"
+
+
+def test_the_drive_temperature_artifact_is_documented() -> None:
+    from labcontract.drivetemp import ARTIFACT
+
+    assert ARTIFACT in (ROOT / "docs" / "power.md").read_text()
