@@ -1,11 +1,13 @@
 """The declared DUTs' temperature every second of a storage step (labcontract.drivetemp): each DUT's hwmon sensor
 read from sysfs in a thread of its own, from the step's launch to its end.
 
-Where the sensor is: the block device's ``device`` in sysfs (``/sys/class/block/nvme0n1/device`` is the NVMe
-controller, ``/sys/class/block/sda/device`` the SCSI device) holds ``hwmon/hwmonN`` or ``hwmonN``, whose
-``temp1_input`` is the drive's composite temperature in millidegrees Celsius. Reading it is what ``sensors`` does:
-no tool is started, no root needed (the file is world-readable), and for NVMe the kernel asks the drive's SMART /
-Health log page each time. A reading that fails is counted with its reason; the step never waits for one.
+Where the sensor is: the block device's ``device`` in sysfs (``/sys/class/block/sda/device`` the SCSI device,
+holding ``hwmon/hwmonN``; ``/sys/class/block/nvme0n1/device`` the NVMe controller holding ``hwmonN``, or with the
+kernel's native NVMe multipath, Debian's default, the subsystem ``nvme-subsys0`` holding its controllers
+``nvme0/hwmonN``), whose ``temp1_input`` is the drive's composite temperature in millidegrees Celsius. Reading it
+is what ``sensors`` does: no tool is started, no root needed (the file is world-readable), and for NVMe the kernel
+asks the drive's SMART / Health log page each time. A reading that fails is counted with its reason; the step never
+waits for one.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ def sensor_of(dev_path: str, sys_block: Path = SYS_BLOCK) -> Path | None:
     except OSError:
         return None
     device = sys_block / name / "device"
-    for pattern in ("hwmon/hwmon*/temp1_input", "hwmon*/temp1_input"):
+    # drivetemp's SCSI device; an NVMe controller; a namespace of NVMe's native multipath, whose device is the
+    # subsystem (nvme-subsys0) holding its controllers (nvme0, ...)
+    for pattern in ("hwmon/hwmon*/temp1_input", "hwmon*/temp1_input", "nvme*/hwmon*/temp1_input"):
         found = sorted(device.glob(pattern))
         if found:
             return found[0]

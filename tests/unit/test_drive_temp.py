@@ -17,10 +17,12 @@ from labcontract.drivetemp import DriveTemps, parse_drive_temp, summary
 from labcontract.errors import ProtocolError
 
 
-def sysfs(root: Path, name: str, nested: bool, millideg: str = "41500\n") -> Path:
-    """``/sys/class/block/<name>/device`` with its hwmon sensor, as nvme (hwmonN under the controller) or SCSI
-    drivetemp (hwmon/hwmonN) lay it out."""
-    hw = root / name / "device" / ("hwmon/hwmon3" if nested else "hwmon3")
+def sysfs(root: Path, name: str, nested: bool | str, millideg: str = "41500\n") -> Path:
+    """``/sys/class/block/<name>/device`` with its hwmon sensor, as nvme (hwmonN under the controller), SCSI
+    drivetemp (hwmon/hwmonN) or NVMe's native multipath (the subsystem: ``nvme0/hwmonN``, ``nested="nvme0"``,
+    seen on the VM tier's Debian 12 guest) lay it out."""
+    sub = f"{nested}/hwmon0" if isinstance(nested, str) else "hwmon/hwmon3" if nested else "hwmon3"
+    hw = root / name / "device" / sub
     hw.mkdir(parents=True)
     (hw / "temp1_input").write_text(millideg)
     return hw / "temp1_input"
@@ -29,6 +31,10 @@ def sysfs(root: Path, name: str, nested: bool, millideg: str = "41500\n") -> Pat
 def test_the_sensor_is_found_through_a_by_id_link_and_read_in_celsius(tmp_path: Path) -> None:
     block = tmp_path / "sys"
     nvme, sata = sysfs(block, "nvme0n1", False), sysfs(block, "sda", True)
+    assert sensor_of("/dev/nvme1n2", block) is None
+    assert sensor_of("/dev/nvme1n2", block) is None and sensor_of("/dev/nvme2n1", block) is None
+    multipath = sysfs(block, "nvme1n2", "nvme1")
+    assert sensor_of("/dev/nvme1n2", block) == multipath
     dev = tmp_path / "dev"
     dev.mkdir()
     (dev / "nvme0n1").touch()
