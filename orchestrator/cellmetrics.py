@@ -14,7 +14,15 @@ from orchestrator.cellbase import Entry, Metric
 from orchestrator.cells import CellKey, cell_key, cell_label
 from orchestrator.netreport import net_entries
 from orchestrator.power import efficiency
-from orchestrator.queries import RunDetail, app_metrics, cpu_figures, is_app_run, latency_figures
+from orchestrator.queries import (
+    RunDetail,
+    app_metrics,
+    cpu_figures,
+    in_window,
+    is_app_run,
+    latency_figures,
+    round_windows,
+)
 from orchestrator.store.models import Result
 
 __all__ = ["APP_METRICS", "HEADLINE", "STORAGE_METRICS", "Entry", "Metric", "app_values", "cell_entries",
@@ -78,7 +86,10 @@ def cell_entries(d: RunDetail, with_op_mode: bool = False) -> Iterator[tuple[Cel
     if kind == "net":
         yield from net_entries(d, with_op_mode)
         return
+    windows = round_windows(d.preconditions)     # a rounds run: its cells' reported rounds only (labcontract.rounds)
     for st in d.steps:
+        if windows and not in_window(st.cell, windows):
+            continue
         if kind == "app" and st.kind == "app" and st.cell.get("phase") != "prepare":
             values = app_values(d.results.get(st.id))
         elif kind == "storage" and st.kind == "measure":

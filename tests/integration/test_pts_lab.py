@@ -107,6 +107,9 @@ def test_rounds_end_at_max_rounds_and_report_the_last_window(lab: LabHandle) -> 
     assert sorted({detail.steps[i].round for i, st in enumerate(detail.steps) if st.id in detail.earlier_rounds}) \
         == [1]
     assert {st.round for st in measured if st.id in detail.results} == {2, 3}
+    # the repeats summary counts the window's rounds: each cell measured 2 of 2, not 2 of the 3 rounds run
+    shown = lab.labctl("run", "show", run_id, check=True).stdout
+    assert shown.count(" 2/2 ") == 4 and " 2/3 " not in shown, shown
 
 
 @pytest.mark.parametrize(("suite", "max_rounds", "charts"), [
