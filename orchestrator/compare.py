@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from labcontract.errors import CompareError, InputError
+from labcontract.registry import Registry
 from orchestrator.cellmetrics import APP_METRICS, HEADLINE, STORAGE_METRICS, Entry, Metric
 from orchestrator.cells import CellKey, key_label, needs_op_mode, op_modes
 from orchestrator.queries import RunDetail, is_app_run, resolve_run_id, run_detail
@@ -300,4 +301,7 @@ def as_csv(c: Comparison) -> str:
     return buf.getvalue()
 
 
-FORMATS: dict[str, Callable[[Comparison], str]] = {"json": as_json, "csv": as_csv}
+# compare's output formats besides its table (labctl compare --format, the web's compare downloads)
+FORMATS: Registry[Callable[[Comparison], str]] = Registry("compare format")
+FORMATS.add("json", as_json)
+FORMATS.add("csv", as_csv)

@@ -21,6 +21,7 @@ from labcontract.errors import DeviceRefused, StepError
 from labcontract.facts import DeclaredDut, NetPathDecl, StepKindFact
 from labcontract.live import AppLive, DeviceLive
 from labcontract.protocol import StartStep
+from labcontract.registry import Registry
 
 if TYPE_CHECKING:
     from agents.attempt import Attempt
@@ -161,7 +162,8 @@ class StepKind(ABC):
         return LiveFigures()
 
 
-_REGISTRY: dict[str, StepKind] = {}
+_REGISTRY: Registry[StepKind] = Registry("step kind", lambda action, known: StepError(
+    f"action {str(action)[:40]!r} has no step kind on this agent (known: {', '.join(known)})"))
 
 
 def register(kind: StepKind) -> StepKind:
@@ -169,18 +171,12 @@ def register(kind: StepKind) -> StepKind:
     action = getattr(kind, "action", "")
     if not isinstance(action, str) or not action:
         raise ValueError(f"step kind {type(kind).__name__} names no action")
-    if action in _REGISTRY and _REGISTRY[action] is not kind:
-        raise ValueError(f"action {action!r} already has a step kind ({type(_REGISTRY[action]).__name__})")
-    _REGISTRY[action] = kind
-    return kind
+    return _REGISTRY.add(action, kind)
 
 
 def get(action: str) -> StepKind:
     """The kind of ``action``; StepError (refused, with the known actions) for an action without one."""
-    kind = _REGISTRY.get(action)
-    if kind is None:
-        raise StepError(f"action {str(action)[:40]!r} has no step kind on this agent (known: {', '.join(actions())})")
-    return kind
+    return _REGISTRY.get_or_fail(action)
 
 
 def platform_refusal(kind: StepKind, platform: str) -> str | None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, TextIO
 
+from labcontract.registry import Registry
 from orchestrator.export.tables import Table
 
 FORMAT_VERSION = 1
@@ -21,14 +22,11 @@ class ExportFormat(Protocol):
         ...
 
 
-FORMATS: dict[str, ExportFormat] = {}
+FORMATS: Registry[ExportFormat] = Registry("export format")
 
 
 def register(fmt: ExportFormat) -> ExportFormat:
-    if fmt.name in FORMATS:
-        raise ValueError(f"export format {fmt.name!r} registered twice")
-    FORMATS[fmt.name] = fmt
-    return fmt
+    return FORMATS.add(fmt.name, fmt)
 
 
 def is_dir_target(output: Path, suffix: str) -> bool:

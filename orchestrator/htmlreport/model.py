@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from labcontract.loadcurve import POINT
+from labcontract.registry import Registry
 from orchestrator.cells import CellKey, cell_key, cell_label, key_label, needs_op_mode
 from orchestrator.provenance import Provenance, ReadArtifact, describe
 from orchestrator.queries import RunDetail
@@ -200,12 +201,9 @@ def materialize(items: Sequence[FigureItem]) -> list[Figure]:
     return [f for f in out if f is not None]
 
 
-CHART_KINDS: dict[str, ChartKind] = {}
+CHART_KINDS: Registry[ChartKind] = Registry("chart kind")
 
 
 def register(kind: ChartKind) -> ChartKind:
-    if kind.name in CHART_KINDS:
-        raise ValueError(f"chart kind {kind.name!r} registered twice")
-    CHART_KINDS[kind.name] = kind
-    return kind
+    return CHART_KINDS.add(kind.name, kind)
 

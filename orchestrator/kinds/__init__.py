@@ -21,26 +21,22 @@ provenance of a result row).
 
 from __future__ import annotations
 
+from labcontract.registry import Registry
 from orchestrator.kinds.base import KindContext, StepKind
 
-_KINDS: dict[str, StepKind] = {}
+_KINDS: Registry[StepKind] = Registry("step kind")
 
 
 def register(kind: StepKind) -> StepKind:
     """Register ``kind`` for each of its names (a name registered twice is a programming error)."""
     for name in kind.names:
-        if name in _KINDS and _KINDS[name] is not kind:
-            raise ValueError(f"step kind {name!r} is registered twice")
-        _KINDS[name] = kind
+        _KINDS.add(name, kind)
     return kind
 
 
 def get(name: str) -> StepKind:
     """The kind of a step; an unknown one raises LookupError naming the known ones."""
-    try:
-        return _KINDS[name]
-    except KeyError:
-        raise LookupError(f"no step kind {name!r} (known: {', '.join(sorted(_KINDS))})") from None
+    return _KINDS.get_or_fail(name)
 
 
 def names() -> frozenset[str]:

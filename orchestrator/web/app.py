@@ -1,7 +1,7 @@
 """The FastAPI application: state, the request-size guard, security headers, errors, and the routers.
 
 Routers are a registry (``orchestrator.web.api.ROUTERS``, ``orchestrator.web.pages.ROUTERS``): a new group of
-routes is one module with a ``router`` plus its name in that tuple.
+routes is one module with a ``router`` plus its line in that registry (:class:`labcontract.registry.Registry`).
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def create_app(cfg: WebConfig, *, sessions: sessionmaker[Session] | None = None)
 
     from orchestrator.web import api, pages
 
-    for name in (*api.ROUTERS, *pages.ROUTERS):
+    for name in (*api.ROUTERS.values(), *pages.ROUTERS.values()):
         app.include_router(importlib.import_module(name).router)
     pages.install(app)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

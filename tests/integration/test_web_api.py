@@ -128,7 +128,7 @@ def test_every_page_is_listed_with_its_role_and_enforces_it(web: WebHandle) -> N
 
     from orchestrator.web import pages
 
-    got = {(m, rt.path) for name in pages.ROUTERS for rt in importlib.import_module(name).router.routes
+    got = {(m, rt.path) for name in pages.ROUTERS.values() for rt in importlib.import_module(name).router.routes
            for m in getattr(rt, "methods", ())}
     assert got == set(PAGE_ROLES)
     for (method, path), need in PAGE_ROLES.items():

@@ -121,7 +121,7 @@ def routes() -> list[tuple[str, str]]:
     from orchestrator.web import api, pages
 
     out = []
-    for mod in (*api.ROUTERS, *pages.ROUTERS):
+    for mod in (*api.ROUTERS.values(), *pages.ROUTERS.values()):
         for rt in importlib.import_module(mod).router.routes:
             path = getattr(rt, "path", "")
             for method in sorted(getattr(rt, "methods", ()) or ()):

@@ -105,7 +105,7 @@ def test_an_action_cannot_be_registered_twice() -> None:
         def launch(self, msg: StartStep, targets: kinds.Targets, host: kinds.Host) -> kinds.Launch:
             raise AssertionError
 
-    with pytest.raises(ValueError, match="already has a step kind"):
+    with pytest.raises(ValueError, match="step kind 'fio' is registered twice"):
         kinds.register(Other())
     assert kinds.register(kinds.get("fio")) is kinds.get("fio")
 

@@ -97,7 +97,7 @@ def test_every_api_operation_documents_the_role_it_enforces(api: tuple[TestClien
     client, _ = api
     spec = client.app.openapi()       # type: ignore[attr-defined]
     enforced: dict[tuple[str, str], str] = {}
-    routes = [r for name in api_pkg.ROUTERS for r in importlib.import_module(name).router.routes]
+    routes = [r for name in api_pkg.ROUTERS.values() for r in importlib.import_module(name).router.routes]
     for r in routes:
         if isinstance(r, APIRoute) and r.path.startswith("/api/"):
             names = [d.call.__name__ for d in r.dependant.dependencies if d.call is not None]

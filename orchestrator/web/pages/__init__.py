@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-ROUTERS: tuple[str, ...] = (
+from labcontract.registry import Registry
+
+ROUTERS: Registry[str] = Registry("web router")   # short name -> the module holding its router, in route order
+for _module in (
     "orchestrator.web.pages.login",
     "orchestrator.web.pages.overview",
     "orchestrator.web.pages.runs",
@@ -16,7 +19,8 @@ ROUTERS: tuple[str, ...] = (
     "orchestrator.web.pages.regressions",
     "orchestrator.web.pages.submit",
     "orchestrator.web.pages.apidocs",
-)
+):
+    ROUTERS.add(_module.rsplit(".", 1)[1], _module)
 
 
 def install(app: Any) -> None:
