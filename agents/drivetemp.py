@@ -68,6 +68,8 @@ class TempSampler:
         self._c: dict[str, list[float]] = {n: [] for n in self.sensors}
         self._failures: dict[str, int] = dict.fromkeys(self.sensors, 0)
         self._errors: dict[str, str] = {}
+        self._stride = 1       # readings kept: every stride-th tick (doubled each time a series reaches MAX_SERIES)
+        self._tick = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._t0 = time.monotonic()
@@ -90,7 +92,11 @@ class TempSampler:
             self._stop.wait(next_at - now)
 
     def sample(self) -> None:
-        """One reading of every sensor (what the thread does each interval)."""
+        """One reading of every sensor (what the thread does each interval); past :data:`MAX_SERIES` readings the
+        series are thinned to every other one and the stride doubled: a step of hours keeps its whole length."""
+        self._tick += 1
+        if (self._tick - 1) % self._stride:
+            return
         at = round(time.monotonic() - self._t0, 3)
         for name, sensor in self.sensors.items():
             try:
@@ -101,9 +107,13 @@ class TempSampler:
                     self._errors[name] = f"{sensor}: {e}"
                 continue
             with self._lock:
-                if len(self._c[name]) < MAX_SERIES:
-                    self._t[name].append(at)
-                    self._c[name].append(c)
+                self._t[name].append(at)
+                self._c[name].append(c)
+        with self._lock:
+            if any(len(v) >= MAX_SERIES for v in self._c.values()):
+                for name in self._c:
+                    self._t[name], self._c[name] = self._t[name][::2], self._c[name][::2]
+                self._stride *= 2
 
     def stop(self) -> None:
         self._stop.set()
@@ -117,4 +127,5 @@ class TempSampler:
             series = tuple(DriveSeries(name=n, sensor=str(s), t=tuple(self._t[n]), c=tuple(self._c[n]),
                                        failures=self._failures[n], error=self._errors.get(n))
                            for n, s in self.sensors.items())
-        return DriveTemps(interval_s=self.interval_s, duts=series, not_measured=tuple(self.missing))
+        return DriveTemps(interval_s=min(self.interval_s * self._stride, 60.0), duts=series,
+                          not_measured=tuple(self.missing))

@@ -21,9 +21,10 @@ from labcontract.bounds import MAX_SECONDS, FactId, FactText
 from labcontract.drivehealth import parse_artifact
 
 ARTIFACT = "drive-temp.json"
-ARTIFACT_MAX_BYTES = 2 << 20
+ARTIFACT_MAX_BYTES = 16 << 20     # 64 DUTs x 7,200 readings of about 12 bytes each, with room
 MAX_DEVICES = 64
-MAX_SERIES = 7_200                 # per-second readings kept per DUT (two hours); a longer step keeps its first two
+MAX_SERIES = 7_200                 # readings kept per DUT: every second for two hours; a longer step is thinned (every
+                                   # other reading dropped, the interval doubled) so that it keeps its whole length
 MIN_C, MAX_C = -60.0, 200.0        # beyond any drive's sensor range: a reading outside is the sensor's error
 MAX_POINTS = 360                   # what the result row keeps of a series (each point the mean of its span)
 

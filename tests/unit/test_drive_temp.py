@@ -104,10 +104,24 @@ def test_a_hostile_artifact_is_refused(doc: dict[str, object]) -> None:
 
 def test_oversized_artifact_is_refused_before_parsing_and_a_long_series_is_kept_in_360_points() -> None:
     with pytest.raises(ProtocolError, match="over"):
-        parse_drive_temp(b" " * (3 << 20))
+        parse_drive_temp(b" " * (17 << 20))
     n = 7_200
     temps = DriveTemps.model_validate({"duts": [{"name": "n", "sensor": "s", "t": [float(i) for i in range(n)],
                                                  "c": [40.0 + (i % 10) for i in range(n)]}]})
     kept = summary(temps)["n"]
     assert len(kept["t"]) == len(kept["c"]) == 360 and kept["samples"] == n   # type: ignore[arg-type]
     assert kept["min_c"] == 40.0 and kept["max_c"] == 49.0
+
+
+def test_a_step_of_hours_keeps_its_whole_length_in_thinned_readings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                     ) -> None:
+    monkeypatch.setattr("agents.drivetemp.MAX_SERIES", 8)
+    block = tmp_path / "sys"
+    sysfs(block, "nvme0n1", False)
+    s = TempSampler([("nvme0", "/dev/nvme0n1")], sys_block=block)
+    for _ in range(40):                     # 40 ticks: thinned at 8 readings, again at 8 (stride 2, then 4 ...)
+        s.sample()
+    got = s.result()
+    assert got is not None
+    (d,) = got.duts
+    assert len(d.c) < 8 and got.interval_s > 1 and list(d.t) == sorted(d.t)
