@@ -6,11 +6,12 @@ The agent's exporter turns it into Prometheus series; the agent also writes it t
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from labcontract.bounds import MAX_EPOCH, ByteCount, Count, Epoch, Figure, Seconds
+from labcontract.stepkinds import AgentStepKindName
 
 #: A live application figure: finite, non-negative, bounded (a garbage value never reaches an exporter).
 AppFigure = Annotated[float, Field(ge=0, le=1e12, allow_inf_nan=False)]
@@ -66,7 +67,7 @@ class LiveStatus(BaseModel):
     step_id: Id
     step_name: Id
     suite: Id
-    phase: Literal["purge", "precondition", "measure", "net", "app"]
+    phase: AgentStepKindName
     round: Annotated[int, Field(ge=-100_000, le=100_000)] = 0
     started_at: Epoch
     elapsed_s: Annotated[float, Field(ge=-MAX_EPOCH, le=MAX_EPOCH, allow_inf_nan=False)]   # wall clock: any step

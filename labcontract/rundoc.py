@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from labcontract.bounds import Epoch
 from labcontract.errors import Problem
+from labcontract.stepkinds import StepKindName
 
 FORMAT = "storagelab-lab-export"
 FORMAT_VERSION = 1
@@ -158,7 +159,7 @@ class StepDoc(_Doc):
     id: RowId
     seq: Count
     round: Count = 0
-    kind: Literal["purge", "precondition", "measure", "provision", "dut_state", "facts", "net", "app"]
+    kind: StepKindName
     name: Name
     cell: JsonObj
     note: Text = ""

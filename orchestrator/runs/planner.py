@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from labcontract.apps import ExternalParams
 from labcontract.appsuite import app_start, fs_size_bytes, ladder, point_dim, test_name
@@ -35,6 +35,7 @@ from labcontract.fioextra import NOT_IN_PRECONDITION
 from labcontract.fiojob import render_job, workload_lines
 from labcontract.loadcurve import CURVE
 from labcontract.rounds import ROUND, WIPC, WIPC_BS, WIPC_IODEPTH, WIPC_PASSES, round_of
+from labcontract.stepkinds import StepKindName
 from labcontract.suite import (
     Cell,
     Precondition,
@@ -46,7 +47,7 @@ from labcontract.suite import (
     with_overrides,
 )
 
-StepKind = Literal["purge", "precondition", "measure", "provision", "dut_state", "facts", "net", "app"]
+StepKind = StepKindName
 TARGET_PLACEHOLDER = "${TARGET}"
 
 

@@ -43,3 +43,18 @@ def test_every_registry_of_the_project_is_one() -> None:
         kinds.get("nope")
     with pytest.raises(StepError, match="has no step kind on this agent"):
         agent_kinds.get("nope")
+
+
+def test_the_step_kind_names_are_defined_once_and_match_the_registries() -> None:
+    """labcontract.stepkinds: every kind the controller registers is a name plans and messages may carry; those an
+    agent runs are the live status's phases and each has the agent's kind registered."""
+    from typing import get_args
+
+    from agents.kinds import base as agent_kinds
+    from labcontract.stepkinds import AgentStepKindName, StepKindName
+    from orchestrator import kinds
+
+    assert set(kinds.names()) == set(get_args(StepKindName))
+    agent_run = {n for n, (action, _v) in kinds.agent_kinds().items()}
+    assert agent_run == set(get_args(AgentStepKindName))
+    assert {action for action, _v in kinds.agent_kinds().values()} <= set(agent_kinds.actions())
