@@ -8,8 +8,10 @@ which never holds the ``repeat`` number: the repeats of a cell are entries with 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
+from labcontract.registry import Registry
 from orchestrator.cellbase import Entry, Metric
 from orchestrator.cells import CellKey, cell_key, cell_label
 from orchestrator.netreport import net_entries
@@ -25,8 +27,8 @@ from orchestrator.queries import (
 )
 from orchestrator.store.models import Result
 
-__all__ = ["APP_METRICS", "HEADLINE", "STORAGE_METRICS", "Entry", "Metric", "app_values", "cell_entries",
-           "metrics_of", "run_kind", "storage_values"]
+__all__ = ["APP_METRICS", "HEADLINE", "RESULT_KINDS", "STORAGE_METRICS", "Entry", "Metric", "ResultKind", "app_values",
+           "cell_entries", "metrics_of", "result_kind", "run_kind", "storage_values"]
 
 
 # "lat" is fio's total latency (submission + completion), "clat" its completion latency, as fio names them
@@ -74,32 +76,67 @@ def app_values(res: Result | None) -> dict[str, float | None]:
     return {k.name: m.get(k.name) for k in APP_METRICS}
 
 
+@dataclass(frozen=True)
+class ResultKind:
+    """What the read side knows of one kind of stored result, keyed by its name in :data:`RESULT_KINDS`: its
+    figures, how a result row becomes them, which runs hold it and how their cells are read. compare, the repeats
+    summaries, history and the reports ask the run's kind (:func:`result_kind`) instead of branching on it."""
+
+    name: str                                         # "storage", "app", "net"
+    metrics: tuple[Metric, ...]                       # every figure of a cell, in table order
+    summary: tuple[Metric, ...]                       # what a repeated cell is summarized on
+    step_kind: str                                    # the step kind whose results it reads
+    holds: Callable[[RunDetail], bool]                # whether a run is of this kind (asked in registration order)
+    values: Callable[[Result | None], dict[str, float | None]]
+    entries: Callable[[RunDetail, bool], Iterator[tuple[CellKey, Entry]]] | None = None   # None: step by step
+
+    def cell_entries(self, d: RunDetail, with_op_mode: bool = False) -> Iterator[tuple[CellKey, Entry]]:
+        if self.entries is not None:
+            yield from self.entries(d, with_op_mode)
+            return
+        windows = round_windows(d.preconditions)     # a rounds run: its cells' reported rounds (labcontract.rounds)
+        for st in d.steps:
+            if st.kind != self.step_kind or (self.name == "app" and st.cell.get("phase") == "prepare"):
+                continue
+            if windows and not in_window(st.cell, windows):
+                continue
+            yield cell_key(st.cell, with_op_mode=with_op_mode), Entry(
+                st.name, str(st.cell.get("op_mode", "stock")), self.values(d.results.get(st.id)),
+                cell_label(st.cell, st.workload, with_op_mode=with_op_mode))
+
+
+RESULT_KINDS: Registry[ResultKind] = Registry("result kind")
+
+
+def register(kind: ResultKind) -> ResultKind:
+    return RESULT_KINDS.add(kind.name, kind)
+
+
+register(ResultKind("net", (Metric("gbps", "Gbps", "{:.3f}"), Metric("target_gbps", "target Gbps", "{:.3f}"),
+                            Metric("iops", "IOPS", "{:,.0f}")),
+                    (Metric("gbps", "Gbps", "{:.3f}"), Metric("target_gbps", "target Gbps", "{:.3f}"),
+                     Metric("iops", "IOPS", "{:,.0f}")),
+                    "net", lambda d: bool(d.run.topology), lambda _res: {}, net_entries))
+register(ResultKind("app", APP_METRICS, tuple(m for m in APP_METRICS if m.diff), "app", is_app_run, app_values))
+register(ResultKind("storage", STORAGE_METRICS, tuple(m for m in STORAGE_METRICS if m.diff), "measure",
+                    lambda _d: True, storage_values))
+
+
+def result_kind(d: RunDetail) -> ResultKind:
+    """The kind of ``d``'s results: the first registered kind that holds it (storage last: any other run)."""
+    return next(k for k in RESULT_KINDS.values() if k.holds(d))
+
+
 def run_kind(d: RunDetail) -> str:
     """``net``, ``app`` or ``storage``."""
-    return "net" if d.run.topology else "app" if is_app_run(d) else "storage"
+    return result_kind(d).name
 
 
 def cell_entries(d: RunDetail, with_op_mode: bool = False) -> Iterator[tuple[CellKey, Entry]]:
     """Every measured step of the run (each repeat) as (cell key, entry), in plan order. A network run: its
     groups (a cell planned but not measured yet comes once, with no figures)."""
-    kind = run_kind(d)
-    if kind == "net":
-        yield from net_entries(d, with_op_mode)
-        return
-    windows = round_windows(d.preconditions)     # a rounds run: its cells' reported rounds only (labcontract.rounds)
-    for st in d.steps:
-        if windows and not in_window(st.cell, windows):
-            continue
-        if kind == "app" and st.kind == "app" and st.cell.get("phase") != "prepare":
-            values = app_values(d.results.get(st.id))
-        elif kind == "storage" and st.kind == "measure":
-            values = storage_values(d.results.get(st.id))
-        else:
-            continue
-        yield cell_key(st.cell, with_op_mode=with_op_mode), Entry(
-            st.name, str(st.cell.get("op_mode", "stock")), values,
-            cell_label(st.cell, st.workload, with_op_mode=with_op_mode))
+    return result_kind(d).cell_entries(d, with_op_mode)
 
 
 def metrics_of(kind: str) -> tuple[Metric, ...]:
-    return APP_METRICS if kind == "app" else STORAGE_METRICS
+    return RESULT_KINDS.get_or_fail(kind).metrics

@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session
 
 from labcontract.errors import InputError, Problem
 from labcontract.rounds import round_of
-from orchestrator.cellmetrics import HEADLINE, app_values, cell_entries, storage_values
+from orchestrator.cellmetrics import HEADLINE, RESULT_KINDS, cell_entries
 from orchestrator.cells import CellKey, cell_key, cell_label, key_label
 from orchestrator.queries import RunDetail, in_window, round_windows
 from orchestrator.states import TERMINAL_RUN
@@ -162,7 +162,7 @@ class HistoryStatus:
 
 @dataclass
 class _Row:
-    """The columns of a Result that :func:`orchestrator.cellmetrics.storage_values` / ``app_values`` read: loading
+    """The columns of a Result that a result kind's ``values`` read (orchestrator.cellmetrics.RESULT_KINDS): loading
     them as plain rows instead of ORM objects keeps 10,000 runs to seconds."""
 
     iops: float | None
@@ -250,16 +250,12 @@ Values = tuple[CellKey, dict[str, float | None], str, str]     # cell key, figur
 def _values(run: _RunRow) -> Iterable[Values]:
     """orchestrator.cellmetrics.cell_entries over the loaded rows of a storage or application run, with each
     step's fingerprint and its cell's name (orchestrator.cells.cell_label)."""
-    app = any(kind == "app" for kind, _c, _r, _f, _w in run.cells)
-    for kind, cell, res, fp, wl in run.cells:
-        if res is None:
+    kind = RESULT_KINDS["app" if any(k == "app" for k, _c, _r, _f, _w in run.cells) else "storage"]
+    for step_kind, cell, res, fp, wl in run.cells:
+        if res is None or step_kind != kind.step_kind or (step_kind == "app" and cell.get("phase") == "prepare"):
             continue
-        if app and kind == "app" and cell.get("phase") != "prepare":
-            yield (cell_key(cell, with_op_mode=True), app_values(cast(Result, res)), fp,
-                   cell_label(cell, wl, with_op_mode=True))
-        elif not app and kind == "measure":
-            yield (cell_key(cell, with_op_mode=True), storage_values(cast(Result, res)), fp,
-                   cell_label(cell, wl, with_op_mode=True))
+        yield (cell_key(cell, with_op_mode=True), kind.values(cast(Result, res)), fp,
+               cell_label(cell, wl, with_op_mode=True))
 
 
 def _net_values(s: Session, runs: list[_RunRow]) -> dict[str, list[Values]]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from labcontract.rounds import round_of
-from orchestrator.cellmetrics import Metric, cell_entries, metrics_of, run_kind
+from orchestrator.cellmetrics import Metric, cell_entries, result_kind
 from orchestrator.cells import CellKey, key_label
 from orchestrator.queries import RunDetail
 from orchestrator.stats.summary import Summary, summarize
@@ -65,12 +65,9 @@ def is_repeated(d: RunDetail) -> bool:
 
 
 def summary_metrics(d: RunDetail) -> Sequence[Metric]:
-    """The figures a repeated cell is summarized on (a network run: its total Gbps, target Gbps and IOPS)."""
-    kind = run_kind(d)
-    if kind == "net":
-        return (Metric("gbps", "Gbps", "{:.3f}"), Metric("target_gbps", "target Gbps", "{:.3f}"),
-                Metric("iops", "IOPS", "{:,.0f}"))
-    return [m for m in metrics_of(kind) if m.diff]
+    """The figures a repeated cell is summarized on (a network run: its total Gbps, target Gbps and IOPS): its
+    result kind's (orchestrator.cellmetrics.RESULT_KINDS)."""
+    return result_kind(d).summary
 
 
 def fmt_summary(s: Summary | None, fmt: str) -> str:

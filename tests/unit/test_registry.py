@@ -28,15 +28,17 @@ def test_a_name_is_registered_once_and_an_unknown_one_is_refused_with_the_known_
 def test_every_registry_of_the_project_is_one() -> None:
     from agents.kinds import base as agent_kinds
     from orchestrator import compare, kinds
+    from orchestrator.cellmetrics import RESULT_KINDS
     from orchestrator.export import FORMATS
     from orchestrator.htmlreport.charts import chart_kinds
     from orchestrator.htmlreport.model import CHART_KINDS
     from orchestrator.web import api, pages
 
     for reg in (kinds._KINDS, agent_kinds._REGISTRY, FORMATS, CHART_KINDS, compare.FORMATS, api.ROUTERS,
-                pages.ROUTERS):
+                pages.ROUTERS, RESULT_KINDS):
         assert isinstance(reg, Registry) and len(reg) > 0, reg
     assert {k.name for k in chart_kinds()} == set(CHART_KINDS) and {"pts", "thermal", "wsat"} <= set(CHART_KINDS)
+    assert list(RESULT_KINDS) == ["net", "app", "storage"]        # asked in this order: storage holds any other run
     assert set(compare.FORMATS) == {"json", "csv"} and {"csv", "json"} <= set(FORMATS)
     assert api.ROUTERS["live"] == "orchestrator.web.live" and pages.ROUTERS["runs"] == "orchestrator.web.pages.runs"
     with pytest.raises(LookupError, match="no step kind 'nope'"):
