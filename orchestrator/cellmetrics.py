@@ -8,13 +8,13 @@ which never holds the ``repeat`` number: the repeats of a cell are entries with 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from labcontract.registry import Registry
 from orchestrator.cellbase import Entry, Metric
 from orchestrator.cells import CellKey, cell_key, cell_label
-from orchestrator.netreport import net_entries
+from orchestrator.netreport import net_entries, net_metrics
 from orchestrator.power import efficiency
 from orchestrator.queries import (
     RunDetail,
@@ -83,12 +83,18 @@ class ResultKind:
     summaries, history and the reports ask the run's kind (:func:`result_kind`) instead of branching on it."""
 
     name: str                                         # "storage", "app", "net"
+    title: str                                        # in messages: "a network run", "an application run"
     metrics: tuple[Metric, ...]                       # every figure of a cell, in table order
     summary: tuple[Metric, ...]                       # what a repeated cell is summarized on
     step_kind: str                                    # the step kind whose results it reads
     holds: Callable[[RunDetail], bool]                # whether a run is of this kind (asked in registration order)
     values: Callable[[Result | None], dict[str, float | None]]
     entries: Callable[[RunDetail, bool], Iterator[tuple[CellKey, Entry]]] | None = None   # None: step by step
+    # the figures compare puts side by side for these runs (None: ``metrics``)
+    compared: Callable[[Sequence[RunDetail]], list[Metric]] | None = None
+
+    def compare_metrics(self, details: Sequence[RunDetail]) -> list[Metric]:
+        return self.compared(details) if self.compared is not None else list(self.metrics)
 
     def cell_entries(self, d: RunDetail, with_op_mode: bool = False) -> Iterator[tuple[CellKey, Entry]]:
         if self.entries is not None:
@@ -112,13 +118,14 @@ def register(kind: ResultKind) -> ResultKind:
     return RESULT_KINDS.add(kind.name, kind)
 
 
-register(ResultKind("net", (Metric("gbps", "Gbps", "{:.3f}"), Metric("target_gbps", "target Gbps", "{:.3f}"),
+register(ResultKind("net", "network", (Metric("gbps", "Gbps", "{:.3f}"), Metric("target_gbps", "target Gbps", "{:.3f}"),
                             Metric("iops", "IOPS", "{:,.0f}")),
                     (Metric("gbps", "Gbps", "{:.3f}"), Metric("target_gbps", "target Gbps", "{:.3f}"),
                      Metric("iops", "IOPS", "{:,.0f}")),
-                    "net", lambda d: bool(d.run.topology), lambda _res: {}, net_entries))
-register(ResultKind("app", APP_METRICS, tuple(m for m in APP_METRICS if m.diff), "app", is_app_run, app_values))
-register(ResultKind("storage", STORAGE_METRICS, tuple(m for m in STORAGE_METRICS if m.diff), "measure",
+                    "net", lambda d: bool(d.run.topology), lambda _res: {}, net_entries, net_metrics))
+register(ResultKind("app", "application", APP_METRICS, tuple(m for m in APP_METRICS if m.diff), "app", is_app_run,
+                    app_values))
+register(ResultKind("storage", "storage", STORAGE_METRICS, tuple(m for m in STORAGE_METRICS if m.diff), "measure",
                     lambda _d: True, storage_values))
 
 

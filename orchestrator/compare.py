@@ -26,9 +26,9 @@ from sqlalchemy.orm import Session
 
 from labcontract.errors import CompareError, InputError
 from labcontract.registry import Registry
-from orchestrator.cellmetrics import APP_METRICS, HEADLINE, STORAGE_METRICS, Entry, Metric
+from orchestrator.cellmetrics import HEADLINE, Entry, Metric, result_kind
 from orchestrator.cells import CellKey, key_label, needs_op_mode, op_modes
-from orchestrator.queries import RunDetail, is_app_run, resolve_run_id, run_detail
+from orchestrator.queries import RunDetail, resolve_run_id, run_detail
 from orchestrator.states import TERMINAL_RUN
 from orchestrator.stats.samples import CellSamples, run_samples
 from orchestrator.stats.significance import Verdict, judge, test_for
@@ -125,25 +125,21 @@ def compare_details(details: Sequence[RunDetail], units: str = "decimal") -> Com
     """Match the runs' cells (see the module docstring); CompareError when they cannot be compared. ``units``:
     bandwidth in MB/s (``decimal``) or MiB/s (``binary``, its metric then ``mib_s``: :mod:`orchestrator.units`)."""
     from orchestrator import units as unit
-    from orchestrator.netreport import net_metrics
 
     details = list(details)
     if len(details) < 2:
         raise CompareError(f"compare needs at least 2 runs, got {len(details)}")
-    network = [bool(d.run.topology) for d in details]
-    if any(network) and not all(network):
-        net, other = details[network.index(True)], details[network.index(False)]
-        raise CompareError(f"run {net.run.id} (suite {net.run.suite_name}) is a network run and run {other.run.id} "
-                           f"(suite {other.run.suite_name}) is not: network runs compare only with network runs")
-    apps = [is_app_run(d) for d in details]
-    if any(apps) and not all(apps):
-        app, other = details[apps.index(True)], details[apps.index(False)]
-        raise CompareError(f"run {app.run.id} (suite {app.run.suite_name}) is an application run and run "
-                           f"{other.run.id} (suite {other.run.suite_name}) is not: application runs compare only "
-                           f"with application runs")
+    kinds = [result_kind(d) for d in details]       # orchestrator.cellmetrics.RESULT_KINDS
+    if len({k.name for k in kinds}) > 1:
+        i = next(j for j, k in enumerate(kinds) if k.name != "storage")
+        o = next(j for j, k in enumerate(kinds) if k is not kinds[i])
+        title = kinds[i].title
+        raise CompareError(f"run {details[i].run.id} (suite {details[i].run.suite_name}) is "
+                           f"{'an' if title[0] in 'aeiou' else 'a'} {title} run and run {details[o].run.id} (suite "
+                           f"{details[o].run.suite_name}) is not: {title} runs compare only with {title} runs")
     with_mode = needs_op_mode([st.cell for st in d.steps] for d in details)
     per_run = [run_samples(d, with_mode) for d in details]
-    metrics = list(APP_METRICS) if apps[0] else net_metrics(details) if network[0] else list(STORAGE_METRICS)
+    metrics = kinds[0].compare_metrics(details)
     if unit.check_units(units) != "decimal":
         metrics = unit.metrics_in(metrics, units)
         for cells in per_run:
@@ -171,7 +167,7 @@ def compare_details(details: Sequence[RunDetail], units: str = "decimal") -> Com
         samples = [cells.get(k) for cells in per_run]
         label = next((cs.label for cs in samples if cs is not None), key_label(k))
         rows.append(Row(k, label, [entry(cs) for cs in samples], samples))
-    return Comparison(details, network[0], with_mode, metrics, rows)
+    return Comparison(details, kinds[0].name == "net", with_mode, metrics, rows)
 
 
 def baseline_first(ids: Sequence[str], baseline: str | None) -> list[str]:
