@@ -49,8 +49,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--vmlab", action="store_true", default=False,
                      help="run the VM tier (tests/vmlab: QEMU guests; make vmtest)")
     parser.addoption("--pts-full", action="store_true", default=False,
-                     help="also run the built-in snia-iops on the embedded lab (its whole 56-cell matrix, about a "
-                          "minute and a half; make test-pts, which .ci/run runs after make test)")
+                     help="also run the built-in snia-iops (its whole 56-cell matrix) and snia-latency on the embedded "
+                          "lab (about two minutes; make test-pts, which .ci/run runs after make test)")
 
 
 # The longest modules of make test (its slowest durations, 2026-11-29), started first: pytest-xdist hands modules

@@ -121,12 +121,12 @@ def test_the_built_in_pts_tests_run_and_their_report_pages_are_drawn(lab: LabHan
                                                                      suite: str, max_rounds: int, charts: list[str],
                                                                      request: pytest.FixtureRequest) -> None:
     """Each built-in PTS test as published (its whole matrix), 1 s a cell, its rounds capped by the submission.
-    snia-iops (56 cells) only with --pts-full (make test-pts, run by .ci/run after make test: it would add a minute
-    and a half to make test's budget)."""
+    snia-iops (56 cells) and snia-latency (9 cells x 2 rounds at T1Q1) only with --pts-full (make test-pts, run by
+    .ci/run after make test: they would add two minutes to make test's 20)."""
     from labcontract.suite import load_suite
 
-    if suite == "snia-iops" and not request.config.getoption("--pts-full"):
-        pytest.skip("snia-iops' 56 cells: make test-pts (.ci/run runs it)")
+    if suite in ("snia-iops", "snia-latency") and not request.config.getoption("--pts-full"):
+        pytest.skip(f"{suite}: make test-pts (.ci/run runs it)")
     s = load_suite(suite)
     run_id = lab.submit(s.source_text, scale=1 / 60, max_rounds=max_rounds)
     detail = lab.wait_run(run_id, timeout=600)
