@@ -7,7 +7,8 @@
      │    ├── SubmissionError     a submission naming an unknown host/device, ...
      │    ├── JobFileError        fio job files to import: over a bound, not fio's format, or nothing importable
      │    ├── InventoryError      an Ansible inventory (hosts, group_vars, host_vars) that does not validate
-     │    └── ExportBundleError   another lab's export (labctl import) that does not validate
+     │    ├── ExportBundleError   another lab's export (labctl import) that does not validate
+     │    └── FioImportError      fio output made elsewhere (labctl import-fio): every problem of every file
      ├── ProtocolError            a message of the wrong shape or protocol version
      ├── DeviceRefused            an agent refuses a device it has not declared
      ├── StepError                a step could not be run as asked (a bad request, a tool that did not start)
@@ -94,6 +95,19 @@ class InventoryError(InputError):
 
 class ExportBundleError(InputError):
     what = "lab export"
+
+
+class FioImportError(InputError):
+    """fio output refused: every problem of every file (each :class:`Problem` located by its file)."""
+
+    what = "fio output"
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.source = "fio output"
+        self.problems = list(problems)
+        n = len(self.problems)
+        LabError.__init__(self, f"{n} problem{'s' if n != 1 else ''} in the fio output, nothing imported:"
+                          + "".join(f"\n  {p}" for p in self.problems))
 
 
 class ProtocolError(LabError):

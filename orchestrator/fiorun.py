@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from labcontract.bounds import MAX_EPOCH
-from labcontract.errors import FioError, LabError, Problem
+from labcontract.errors import FioError, FioImportError, LabError, Problem
 from labcontract.fioresult import JobMetrics, LatBins, StepMetrics, fio_report, latency_bins, parse_fio_jobs
 from labcontract.protocol import ARTIFACT_MAX_BYTES, ENTRY_MAX_BYTES
 from labcontract.rundoc import MAX_STEPS, ResultDoc, RunDoc, StepDoc, problems_of
@@ -43,16 +43,6 @@ NAME_MAX = 128                  # a job's name (a step's name is at most 160, wi
 SUBMITTED_BY = "labctl import-fio"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _OPTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}\Z")
-
-
-class FioImportError(LabError):
-    """fio output refused: every problem of every file (each :class:`Problem` located by its file)."""
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems = list(problems)
-        n = len(self.problems)
-        super().__init__(f"{n} problem{'s' if n != 1 else ''} in the fio output, nothing imported:"
-                         + "".join(f"\n  {p}" for p in self.problems))
 
 
 @dataclass(frozen=True)

@@ -181,10 +181,11 @@ def import_fio(
     nothing; the same files with other options are refused (exit code 1)."""
     import re
 
+    from labcontract.errors import FioImportError
     from labcontract.rundoc import LAB_RE, TEXT_MAX
     from labcontract.transport import redis_client
     from orchestrator.export.bundle import LoadedBundle
-    from orchestrator.fiorun import FioFile, FioImportError, Target, build_run, read_fio_file
+    from orchestrator.fiorun import FioFile, Target, build_run, read_fio_file
     from orchestrator.runs.client import ControllerClient
 
     try:

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
+from labcontract.errors import FioImportError
 from labcontract.fioresult import bin_percentiles, parse_fio_groups, parse_fio_output
 from labcontract.protocol import ARTIFACT_MAX_BYTES
 from labcontract.rundoc import JsonObj, RunDoc
-from orchestrator.fiorun import FioImportError, Target, build_run, parse_fio_file, read_fio_file, workload_of
+from orchestrator.fiorun import Target, build_run, parse_fio_file, read_fio_file, workload_of
 from orchestrator.rundocs import canonical
 
 ROOT = Path(__file__).resolve().parents[2]
