@@ -122,7 +122,7 @@ def run_summary(r: Run, done: int, total: int) -> dict[str, Any]:
             "set_aside": r.set_aside or "", "lab": r.lab or ""}
 
 
-def list_runs(s: Session, f: RunFilter = RunFilter(), *, limit: int = 50,
+def run_page(s: Session, f: RunFilter = RunFilter(), *, limit: int = 50,
               before: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
     """One page of runs, newest first: (run summaries, the cursor of the next page or None)."""
     limit = max(1, min(int(limit), MAX_LIMIT))
@@ -216,7 +216,7 @@ def host_up(h: Host | None, now: float, timeout_s: float | None = None) -> bool:
     return bool(h and h.last_seen and now - h.last_seen <= limit)
 
 
-def list_hosts(s: Session, now: float | None = None) -> list[dict[str, Any]]:
+def host_rows(s: Session, now: float | None = None) -> list[dict[str, Any]]:
     """Every host with its state (up / down / incompatible / quarantined), health checks and DUTs."""
     now = time.time() if now is None else now
     out = []

@@ -450,17 +450,17 @@ def test_queries_on_postgresql(pg_server: PgServer, tmp_path: Path) -> None:  # 
         walked: list[dict[str, Any]] = []
         cursor = None
         while True:
-            page, cursor = queries.list_runs(s, limit=23, before=cursor)
+            page, cursor = queries.run_page(s, limit=23, before=cursor)
             walked += page
             if cursor is None:
                 break
         assert len({r["id"] for r in walked}) == len(walked) == N_RUNS
         assert [(r["submitted_at"], r["id"]) for r in walked] == sorted(
             ((r["submitted_at"], r["id"]) for r in walked), reverse=True)
-        hp, _ = queries.list_runs(s, queries.RunFilter(op_mode="hp", model="FAST-SSD", firmware="1.0"), limit=200)
+        hp, _ = queries.run_page(s, queries.RunFilter(op_mode="hp", model="FAST-SSD", firmware="1.0"), limit=200)
         assert hp and all(int(r["id"][1:]) % 4 == 0 and r["host"] == "h1" for r in hp)
         assert queries.run_dict(s, "r0000")["steps"][0]["attempts"][0]["number"] == 1
-        assert queries.list_hosts(s)[0]["devices"][0]["model"] == "FAST-SSD"
+        assert queries.host_rows(s)[0]["devices"][0]["model"] == "FAST-SSD"
         assert queries.queue(s) == [] and queries.run_artifacts(s, "r0000")
 
 

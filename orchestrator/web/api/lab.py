@@ -38,7 +38,7 @@ def queue(request: Request) -> list[QueueEntry]:
 def hosts(request: Request) -> list[HostOut]:
     """Every host with its state, health checks, quarantine and DUTs."""
     with store(request) as s:
-        return [HostOut.model_validate(h) for h in queries.list_hosts(s)]
+        return [HostOut.model_validate(h) for h in queries.host_rows(s)]
 
 
 @route(router, "GET", "/hosts/show", "viewer", response_class=Response,

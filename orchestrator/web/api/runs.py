@@ -30,7 +30,7 @@ def list_runs(request: Request, state: Annotated[str | None, Query(max_length=16
     f = queries.RunFilter(state=state, suite=suite, host=host, model=model, firmware=firmware, op_mode=op_mode,
                           since=since, until=until)
     with store(request) as s:
-        page, nxt = queries.list_runs(s, f, limit=limit, before=before)
+        page, nxt = queries.run_page(s, f, limit=limit, before=before)
     return RunPage.model_validate({"runs": page, "next": nxt})
 
 

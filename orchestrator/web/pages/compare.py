@@ -130,7 +130,7 @@ def compare(request: Request, run: Runs = [],   # noqa: B006
                 verdicts = summary(compare_details([queries.detail(s, rid, light=True) for rid in ids]))
             except CompareError as e:            # no cell in common, ...: said here and in the frame
                 why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        recent, _nxt = queries.list_runs(s, limit=50)
+        recent, _nxt = queries.run_page(s, limit=50)
     return render(request, "compare.html", chosen=chosen, recent=recent, selected=set(ids), verdicts=verdicts,
                   why=why, reference=ref, reference_why=ref_why, reference_suite=reference.strip(),
                   alpha=ALPHA, refs={rid: ref_name(i) for i, rid in enumerate(ids)},

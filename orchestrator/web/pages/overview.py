@@ -25,8 +25,8 @@ def home(request: Request) -> HTMLResponse:
     with request.app.state.web.sessions() as s:
         gone = queries.controller_gone(s)
         queue = queries.queue(s, controller_gone=gone)
-        hosts = queries.list_hosts(s)
-        recent, _next = queries.list_runs(s, limit=8)
+        hosts = queries.host_rows(s)
+        recent, _next = queries.run_page(s, limit=8)
         try:          # runs' ends that do not reach a sink are said where the morning starts, not only on /hosts
             failing = [r for r in notifysinks.listing(s) if r["active"] and r["state"] == "failing"]
         except StoreError:
@@ -39,7 +39,7 @@ def hosts(request: Request, released: Annotated[str, Query(max_length=64)] = "",
           device: Annotated[str, Query(max_length=512)] = "") -> HTMLResponse:
     need(request, "viewer")
     with request.app.state.web.sessions() as s:
-        rows = queries.list_hosts(s)
+        rows = queries.host_rows(s)
     sinks_error = ""
     with request.app.state.web.sessions() as s:
         try:

@@ -58,7 +58,7 @@ def runs(request: Request, state: Text = "", suite: Text = "", host: Text = "", 
                           firmware=firmware or None, op_mode=op_mode or None, since=t0,
                           until=None if t1 is None else t1 + 86400)
     with request.app.state.web.sessions() as s:
-        page, nxt = queries.list_runs(s, f, limit=limit, before=before or None)
+        page, nxt = queries.run_page(s, f, limit=limit, before=before or None)
     filters = {"state": state, "suite": suite, "host": host, "model": model, "firmware": firmware,
                "op_mode": op_mode, "since": since, "until": until}
     return render(request, "runs.html", runs=page, filters=filters, states=[str(s) for s in RunState],

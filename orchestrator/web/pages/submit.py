@@ -63,7 +63,7 @@ def body_of(form: dict[str, str]) -> tuple[SubmitBody | None, list[Problem]]:
 
 def _form_page(request: Request, form: dict[str, str], problems: list[Problem], status: int) -> HTMLResponse:
     with request.app.state.web.sessions() as s:
-        hosts = queries.list_hosts(s)
+        hosts = queries.host_rows(s)
     return render(request, "submit.html", status, form=form, problems=problems, suites=list(builtin_suites()),
                   hosts=hosts)
 
