@@ -8,8 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.orm import Session
 
-from orchestrator.config import ControllerTuning
-from orchestrator.queries import list_hosts
+from orchestrator.queries import host_up, list_hosts
 
 SKEW_WARN_S = 1.0       # a host clock this far from the controller's is shown with a warning
 
@@ -30,11 +29,10 @@ def print_hosts(out: Console, s: Session, now: float) -> None:
                   "quarantine / why not used")
     warnings = []
     for h in list_hosts(s):
-        age = now - (h.last_seen or 0)
         f = h.facts
         duts = ", ".join(f"{d.name}={d.path}" + (" [QUARANTINED]" if d.quarantined_at else "")
                          for d in h.devices if d.declared)
-        state = "up" if age <= ControllerTuning().heartbeat_timeout_s else "DOWN"
+        state = "up" if host_up(h, now) else "DOWN"
         why = [f"incompatible: {h.incompatible}"] if h.incompatible else []
         why += [f"host: {h.quarantine_reason}"] if h.quarantined_at else []
         why += [f"{d.path}: {d.quarantine_reason}" for d in h.devices if d.quarantined_at]
@@ -48,7 +46,7 @@ def print_hosts(out: Console, s: Session, now: float) -> None:
                             "clock, so its steps are not affected. Synchronise it (NTP).")
         table.add_row(h.name, state + (" INCOMPATIBLE" if h.incompatible else "")
                       + (" QUARANTINED" if h.quarantined_at else ""),
-                      f"{age:.0f}s ago", clock, f"{f.get('cpu_model')} ({f.get('cpu_cores')}c)",
+                      f"{now - (h.last_seen or 0):.0f}s ago", clock, f"{f.get('cpu_model')} ({f.get('cpu_cores')}c)",
                       f"{(f.get('memory_bytes') or 0) / 2**30:.1f}", str(f.get("os")),
                       str(f.get("fio_version")), duts, "\n".join(why) or "-")
     out.print(table)

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, defer, selectinload
 
 from labcontract.errors import StoreError
 from labcontract.rounds import round_of, window_rounds
+from orchestrator.config import ControllerTuning
 from orchestrator.store.models import Artifact, Attempt, Host, NetGroup, PreconditionRecord, Result, Run, Step
 
 
@@ -96,6 +97,13 @@ def in_window(cell: Mapping[str, Any], windows: Mapping[str, range]) -> bool:
         return True
     w = windows.get(str(cell.get("op_mode", "stock")))
     return w is None or not w or r in w
+
+
+def host_up(h: Host | None, now: float, timeout_s: float | None = None) -> bool:
+    """As the controller judges a host: heard from within its heartbeat timeout (the default's, unless given). The
+    one reader's definition: labctl's hosts and queue, the web service's hosts."""
+    limit = ControllerTuning().heartbeat_timeout_s if timeout_s is None else timeout_s
+    return bool(h and h.last_seen and now - h.last_seen <= limit)
 
 
 def list_hosts(s: Session) -> list[Host]:

@@ -12,7 +12,7 @@ import typer
 
 from labcontract.errors import LabError
 from labcontract.limits import MAX_PRIORITY, MAX_REPEAT
-from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, ControllerTuning, LabConfig
+from orchestrator.config import DEFAULT_BROKER, DEFAULT_LAB_DIR, LabConfig
 from orchestrator.labctl.apicmds import ApiOptions, api_client
 from orchestrator.labctl.common import SUITE_HELP, State, checked_reply, command_group, fail, fails_cleanly, out
 from orchestrator.labctl.common import sessions_or_fail as _sessions
@@ -291,14 +291,14 @@ def queue() -> None:
     from sqlalchemy import select
 
     from orchestrator.kinds import agent_kinds
+    from orchestrator.queries import host_up
     from orchestrator.runs.scheduling import decide
     from orchestrator.store.models import Host, Run
 
-    tuning = ControllerTuning()
     now = _time.time()
 
     def up(h: Host | None) -> bool:
-        return bool(h and h.last_seen and now - h.last_seen <= tuning.heartbeat_timeout_s)
+        return host_up(h, now)
 
     from rich.table import Table
 

@@ -19,8 +19,7 @@ from sqlalchemy import case, exists, func, or_, select, tuple_
 from sqlalchemy.orm import Session, load_only, selectinload
 
 from labcontract.errors import InputError, NotFound, Problem
-from orchestrator.config import ControllerTuning
-from orchestrator.queries import RunDetail, artifact_rows, run_detail
+from orchestrator.queries import RunDetail, artifact_rows, host_up, run_detail
 from orchestrator.states import TERMINAL_STEP
 from orchestrator.store.models import Device, Host, Result, Run, Schedule, Step
 from orchestrator.web.runview import expected_s, step_progress
@@ -208,12 +207,6 @@ def _health(host: Host, target: str) -> list[dict[str, Any]]:
             out.append({"check": check, "fails": int(v.get("fails") or 0), "detail": str(v.get("detail") or ""),
                         "at": v.get("at")})
     return out
-
-
-def host_up(h: Host | None, now: float, timeout_s: float | None = None) -> bool:
-    """As the controller judges a host: heard from within its heartbeat timeout."""
-    limit = ControllerTuning().heartbeat_timeout_s if timeout_s is None else timeout_s
-    return bool(h and h.last_seen and now - h.last_seen <= limit)
 
 
 def host_rows(s: Session, now: float | None = None) -> list[dict[str, Any]]:
