@@ -7,13 +7,17 @@ the Markdown file and the HTML report say the same thing, and a missing value re
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from labcontract.registry import Registry
 from orchestrator import power
+from orchestrator.cellmetrics import run_kind
 from orchestrator.cells import cell_label
 from orchestrator.provenance import DEVICE_COLUMNS, Provenance, ReadArtifact, describe
 from orchestrator.queries import (
@@ -22,7 +26,6 @@ from orchestrator.queries import (
     app_metrics,
     app_point,
     cpu_figures,
-    is_app_run,
     latency_figures,
     point_dim_of,
     result_tool,
@@ -195,21 +198,53 @@ def provenance_lines(p: Provenance) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class ResultsView:
+    """How ``run show`` and the Markdown report give a run's results, per result kind (orchestrator.cellmetrics
+    RESULT_KINDS): its console tables, its Markdown sections, and whether the general sections follow (a network run
+    prints its own, then its provenance)."""
+
+    console: Callable[[Console, RunDetail, bool], None]
+    markdown: Callable[[RunDetail], list[str]]
+    general: bool = True
+
+
+def _storage_console(console: Console, detail: RunDetail, rounds: bool) -> None:
+    console.print(results_table(detail, rounds=rounds))
+    if (watts := power_table(detail)) is not None:
+        console.print(watts)
+
+
+def _storage_markdown(detail: RunDetail) -> list[str]:
+    lines = ["## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table_rows(detail)]
+    if watts := power.rows(detail):
+        lines += ["", "## Power and drive temperature", "", "| " + " | ".join(power.COLUMNS) + " |",
+                  "|" + "---|" * len(power.COLUMNS), *("| " + " | ".join(_cell(c) for c in r) + " |" for r in watts)]
+    return lines
+
+
+def _net_console(console: Console, detail: RunDetail, _rounds: bool) -> None:
+    from orchestrator.netreport import print_net_run
+
+    print_net_run(console, detail)
+
+
+VIEWS: Registry[ResultsView] = Registry("results view")
+VIEWS.add("storage", ResultsView(_storage_console, _storage_markdown))
+VIEWS.add("app", ResultsView(lambda console, detail, _r: console.print(app_table(detail)),
+                             lambda detail: app_markdown(detail)))
+VIEWS.add("net", ResultsView(_net_console, _storage_markdown, general=False))
+
+
 def print_run(console: Console, detail: RunDetail, *, rounds: bool = False, artifact_root: Path | None = None) -> None:
     prov = describe(detail, artifact_reader(artifact_root))
-    if detail.run.topology:
-        from orchestrator.netreport import print_net_run
-
-        print_net_run(console, detail)
+    view = VIEWS.get_or_fail(run_kind(detail))
+    view.console(console, detail, rounds)
+    if not view.general:
         for line in provenance_lines(prov):
             console.print(line, highlight=False, markup=False)
         return
-    if is_app_run(detail):
-        console.print(app_table(detail))
-    else:
-        console.print(results_table(detail, rounds=rounds))
-        if (watts := power_table(detail)) is not None:
-            console.print(watts)
     repeats = repeats_table(detail)
     if repeats is not None:
         console.print(repeats)
@@ -292,16 +327,7 @@ def write_markdown(detail: RunDetail, report_dir: Path, artifact_root: Path) -> 
              f"- target: `{run.host}` : `{', '.join(run.devices or [run.device])}`",
              f"- state: **{run.state}** {run.reason}".rstrip(), ""]
     lines += provenance_markdown(prov)
-    if is_app_run(detail):
-        lines += app_markdown(detail)
-    else:
-        lines += ["## Results", "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-        for row in table_rows(detail):
-            lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
-        if watts := power.rows(detail):
-            lines += ["", "## Power and drive temperature", "", "| " + " | ".join(power.COLUMNS) + " |",
-                      "|" + "---|" * len(power.COLUMNS), *("| " + " | ".join(_cell(c) for c in r) + " |"
-                                                         for r in watts)]
+    lines += VIEWS.get_or_fail(run_kind(detail)).markdown(detail)
     from orchestrator.stats.samples import summary_rows
 
     heads, rows = summary_rows(detail)

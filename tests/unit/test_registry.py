@@ -39,6 +39,9 @@ def test_every_registry_of_the_project_is_one() -> None:
         assert isinstance(reg, Registry) and len(reg) > 0, reg
     assert {k.name for k in chart_kinds()} == set(CHART_KINDS) and {"pts", "thermal", "wsat"} <= set(CHART_KINDS)
     assert list(RESULT_KINDS) == ["net", "app", "storage"]        # asked in this order: storage holds any other run
+    from orchestrator.report import VIEWS
+
+    assert isinstance(VIEWS, Registry) and set(VIEWS) == set(RESULT_KINDS)    # every result kind has its view
     assert set(compare.FORMATS) == {"json", "csv"} and {"csv", "json"} <= set(FORMATS)
     assert api.ROUTERS["live"] == "orchestrator.web.live" and pages.ROUTERS["runs"] == "orchestrator.web.pages.runs"
     with pytest.raises(LookupError, match="no step kind 'nope'"):
