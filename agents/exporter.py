@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.registry import Collector
 
+from agents.kinds import base as kinds
 from labcontract import telemetry as T
 from labcontract.errors import ConfigError
 from labcontract.facts import NetPathDecl
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PHASES", "AgentCollector", "parse_net_decl", "parse_net_path"]
 
-PHASES = ("purge", "precondition", "measure")
+PHASES = kinds.exported_phases()     # each agent kind's (agents.kinds.base.StepKind.exported_phases)
 SYS_CLASS_NET = Path("/sys/class/net")
 NS = 1e-9
 

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol, get_args
 
 from agents.labfs import lab_filesystem_on
 from agents.platform import Platform, current
@@ -22,6 +22,7 @@ from labcontract.facts import DeclaredDut, NetPathDecl, StepKindFact
 from labcontract.live import AppLive, DeviceLive
 from labcontract.protocol import StartStep
 from labcontract.registry import Registry
+from labcontract.stepkinds import AgentStepKindName
 
 if TYPE_CHECKING:
     from agents.attempt import Attempt
@@ -125,6 +126,9 @@ class StepKind(ABC):
     # the host's power is read from its BMC while its process runs, when the agent has one declared
     # (agents.power): what reports divide IOPS and MB/s by
     samples_power: ClassVar[bool] = False
+    # the live status's phases of its steps (labcontract.stepkinds) that the exporter shows even while none runs
+    # (lab_step_phase 0); a phase not named here has its series only while one of its steps runs
+    exported_phases: ClassVar[tuple[str, ...]] = ()
     # the agent platforms (Platform.name) it runs on: a start on another is refused (platform_refusal)
     platforms: ClassVar[frozenset[str]] = frozenset({"linux", "windows"})
 
@@ -185,6 +189,12 @@ def platform_refusal(kind: StepKind, platform: str) -> str | None:
         return None
     where = " and ".join(OS_NAMES.get(p, p) for p in sorted(kind.platforms)) or "no"
     return f"step kind {kind.action} runs on {where} agents only (docs/windows.md)"
+
+
+def exported_phases() -> tuple[str, ...]:
+    """Every kind's ``exported_phases``, in the order of the step kinds (labcontract.stepkinds)."""
+    named = {p for kind in _REGISTRY.values() for p in kind.exported_phases}
+    return tuple(p for p in get_args(AgentStepKindName) if p in named)
 
 
 def actions() -> tuple[str, ...]:

@@ -73,6 +73,7 @@ def written_duts(sections: Sequence[JobSection], duts: Sequence[DeclaredDut]) ->
 
 class FioKind(StepKind):
     action: ClassVar[str] = "fio"
+    exported_phases: ClassVar[tuple[str, ...]] = ("precondition", "measure")
     command_version: ClassVar[int] = FIO_RATE_PAIR_VERSION   # 2: the extended options; 3: rate_iops R,W
     artifacts: ClassVar[tuple[str, ...]] = ("job.fio", "fio.json", "fio.stderr", DRIVE_HEALTH, hostcpu.START,
                                             hostcpu.END, HOST_POWER, DRIVE_TEMP)

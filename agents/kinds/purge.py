@@ -27,6 +27,7 @@ def purge_script(duts: Sequence[DeclaredDut]) -> str:
 
 class PurgeKind(StepKind):
     action: ClassVar[str] = "purge"
+    exported_phases: ClassVar[tuple[str, ...]] = ("purge",)
     platforms: ClassVar[frozenset[str]] = frozenset({"linux"})   # Linux tools (docs/windows.md)
     artifacts: ClassVar[tuple[str, ...]] = ("purge.sh", "fio.stderr")
 

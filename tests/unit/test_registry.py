@@ -63,3 +63,14 @@ def test_the_step_kind_names_are_defined_once_and_match_the_registries() -> None
     agent_run = {n for n, (action, _v) in kinds.agent_kinds().items()}
     assert agent_run == set(get_args(AgentStepKindName))
     assert {action for action, _v in kinds.agent_kinds().values()} <= set(agent_kinds.actions())
+
+
+def test_the_exporters_idle_phases_are_the_kinds_own() -> None:
+    """lab_step_phase's series that exist while nothing runs come from the agent kinds (exported_phases), in the order
+    of the step kinds, not from a list in the exporter."""
+    from agents.exporter import PHASES
+    from agents.kinds import base as agent_kinds
+
+    assert PHASES == ("purge", "precondition", "measure") == agent_kinds.exported_phases()
+    assert agent_kinds.get("fio").exported_phases == ("precondition", "measure")
+    assert agent_kinds.get("net").exported_phases == () and agent_kinds.get("app").exported_phases == ()
