@@ -233,7 +233,7 @@ def _net_console(console: Console, detail: RunDetail, _rounds: bool) -> None:
 VIEWS: Registry[ResultsView] = Registry("results view")
 VIEWS.add("storage", ResultsView(_storage_console, _storage_markdown))
 VIEWS.add("app", ResultsView(lambda console, detail, _r: console.print(app_table(detail)),
-                             lambda detail: app_markdown(detail)))
+                             app_markdown))
 VIEWS.add("net", ResultsView(_net_console, _storage_markdown, general=False))
 
 

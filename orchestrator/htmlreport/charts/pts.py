@@ -26,7 +26,7 @@ from labcontract.rounds import round_of, track_key
 from labcontract.steady import SteadyCriteria, check_window, fit_line
 from orchestrator.cells import size_label
 from orchestrator.htmlreport import plot
-from orchestrator.htmlreport.model import Figure, FigureItem, ReportContext, RunView, Table, register
+from orchestrator.htmlreport.model import PALETTE, Figure, FigureItem, ReportContext, RunView, Table, register
 from orchestrator.queries import round_windows
 from orchestrator.store.models import PreconditionRecord, Result, Step
 
@@ -141,7 +141,7 @@ def _matrix_figure(ctx: ReportContext, m: Matrix, n: int, track: str, peak: bool
             if pts:
                 pts.sort()
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linewidth=1.1,
-                        color=plot_colour(i), label=col)
+                        color=PALETTE[i % len(PALETTE)], label=col)
         if all(isinstance(b, int) for b in rows) and len(rows) > 1:
             ax.set_xscale("log", base=2)
             ax.set_xticks([int(b) for b in rows], [size_label(b) for b in rows])
@@ -158,10 +158,6 @@ def _matrix_figure(ctx: ReportContext, m: Matrix, n: int, track: str, peak: bool
                   f"Each cell's {what}: {how} ({rounds}); {m.record.verdict}")
 
 
-def plot_colour(i: int) -> str:
-    return ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")[i % 8]
-
-
 def _convergence_figure(ctx: ReportContext, m: Matrix, n: int) -> Figure | None:
     """The tracked figure per round: the tracked cell's mix at every block size (the specification's plot)."""
     track, tracked = m.track, m.tracked
@@ -176,7 +172,7 @@ def _convergence_figure(ctx: ReportContext, m: Matrix, n: int) -> Figure | None:
             if not pts:
                 continue
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, linewidth=1.1,
-                    color=plot_colour(i), label=name + (" (tracked)" if name == tracked else ""))
+                    color=PALETTE[i % len(PALETTE)], label=name + (" (tracked)" if name == tracked else ""))
             rows += [[name, str(r), (NUM[track]).format(v)] for r, v in pts]
             drawn += len(pts)
         if not drawn:
