@@ -116,6 +116,18 @@ class Browser:
     def text(self) -> str:
         return self.page.inner_text("body")
 
+    def frames_drawn(self, timeout_s: float = 240.0) -> None:
+        """Wait until every report or comparison the page frames (an iframe with data-src, framed once the page
+        has loaded: static/frames.js) has loaded: a first drawing takes seconds, minutes on a loaded machine."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        for src in self.page.eval_on_selector_all("iframe[data-src]", "els => els.map(e => e.dataset.src)"):
+            while (frame := next((f for f in self.page.frames if f.url.endswith(src)), None)) is None:
+                assert time.monotonic() < deadline, f"no frame {src}: {[f.url for f in self.page.frames]}"
+                self.page.wait_for_timeout(100)
+            frame.wait_for_load_state("load", timeout=max(deadline - time.monotonic(), 1.0) * 1000)
+
     def login(self, token: str, next_path: str = "/") -> None:
         self.goto(f"/login?next={next_path}")
         self.page.fill("#token", token)
@@ -437,10 +449,12 @@ def test_every_page_fits_a_phone(browser: Browser, web: WebHandle, state: State)
         pages.append("/compare?" + "&".join(f"run={r}" for r in state.runs[:2]))
     for path in pages:
         b.goto(path)
+        b.frames_drawn()         # one drawing at a time, as a viewer paging through would have them
         b.no_overflow(path)
         b.check(path)
     if run_id:
         b.goto(f"/runs/{run_id}")
+        b.frames_drawn()
         b.shot("web-phone.png")
         b.check("phone run page")
     if run_id and state.other:
@@ -449,13 +463,9 @@ def test_every_page_fits_a_phone(browser: Browser, web: WebHandle, state: State)
         b.page.set_viewport_size(LAPTOP)   # type: ignore[arg-type]
         b.goto(f"/compare?run={run_id}&run={state.other}")
         b.page.wait_for_selector("#compare-frame", state="attached")
-        frame = None
-        for _ in range(300):
-            frame = next((f for f in b.page.frames if "/compare/view?" in f.url), None)
-            if frame is not None and frame.evaluate("() => !!document.getElementById('detail')"):
-                break
-            b.page.wait_for_timeout(100)
-        assert frame is not None
+        b.frames_drawn()
+        frame = next((f for f in b.page.frames if "/compare/view?" in f.url), None)
+        assert frame is not None, [f.url for f in b.page.frames]
         assert "common" in frame.inner_text("#detail") or frame.locator("#problems li").count(), \
             frame.inner_text("body")[:500]
         b.check("compare of runs with nothing in common")

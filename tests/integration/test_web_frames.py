@@ -107,7 +107,7 @@ def test_the_frame_replaces_its_being_drawn_page_with_the_comparison(
         browser: Browser, web: WebHandle, seeded: None) -> None:  # noqa: F811
     b = browser
     b.login(web.tokens["viewer"], "/")
-    # (not until "load": the page's load waits for its frame, which is the whole drawing)
+    # (the page frames the comparison once it has loaded: static/frames.js)
     b.page.goto(web.url + "/compare?run=wd-a&run=wd-b", wait_until="domcontentloaded")
     frame = b.page.wait_for_selector("iframe#compare-frame", state="attached", timeout=30_000).content_frame()
     assert frame is not None
@@ -129,6 +129,7 @@ def test_wide_tables_scroll_in_their_box_not_the_page(browser: Browser, web: Web
         b.goto(path)
         assert_fits(f"{path} at {width} px", layout(b.page))
     b.goto("/compare?run=wd-a&run=wd-b&run=wd-c&baseline=wd-c")
+    b.frames_drawn()            # framed once the page has loaded (static/frames.js)
     view = next(f for f in b.page.frames if "/compare/view?" in f.url)
     view.wait_for_selector("figure.chart", timeout=120_000)
     got = layout(view)
