@@ -89,6 +89,7 @@ MAX_YAML_DEPTH = 16                   # nesting of mappings / sequences in a sui
 MAX_REPEAT = limits.MAX_REPEAT        # runs of one cell a suite (or --repeat) may ask for
 RepeatOrder = Literal["interleaved", "back_to_back"]
 MAX_CELLS = 10_000                    # hard ceiling of measured cells (and of cell_limit itself)
+MAX_RUN_STEPS = 100_000               # a run's steps over its whole life, each round phase at its max_rounds
 MIN_BS, MAX_BS = 512, 64 << 20        # block size: 512 B .. 64 MiB, a multiple of 512
 MAX_RUNTIME_S = 7 * 86400             # a runtime (or precondition round) of at most 7 days
 MAX_RAMP_S = 86400                    # a ramp time of at most 1 day
@@ -709,6 +710,19 @@ def count_steps(cells: list[Cell], phases: Phases, network: Network | None = Non
     return (len(cells) + points) * repeat + groups + purges
 
 
+def most_steps(cells: list[Cell], phases: Phases, network: Network | None = None, repeat: int = 1) -> int:
+    """The steps a run of these cells may come to over its life: :func:`count_steps` (round 1 of each phase
+    is planned) and every further round up to ``max_rounds``: a precondition group's rounds, and with
+    ``phases.rounds`` every measured cell once a round."""
+    steps = count_steps(cells, phases, network, repeat)
+    if phases.precondition is not None:
+        groups = sum(starts_precondition_group(cells, i) for i in range(len(cells)))
+        steps += groups * (phases.precondition.max_rounds - 1)
+    if phases.rounds is not None:
+        steps += len(cells) * (phases.rounds.max_rounds - 1)
+    return steps
+
+
 def _load(text: object, source: str) -> dict[str, Any]:
     """The suite's raw mapping: text size-bounded before parsing, YAML without aliases or deep nesting."""
     if not isinstance(text, str):
@@ -771,6 +785,10 @@ def parse_suite(text: str, source: str) -> Suite:
         runs = f" x repeat {doc.repeat}" if doc.repeat > 1 else ""
         problems.append(Problem("cell_limit", f"the suite expands to {steps} steps ({len(cells)} measured "
                                               f"cells{runs}), over the limit of {doc.cell_limit}"))
+    elif too_many is None and (most := most_steps(cells, doc.phases, doc.network, doc.repeat)) > MAX_RUN_STEPS:
+        key = "phases.rounds.max_rounds" if doc.phases.rounds is not None else "phases.precondition.max_rounds"
+        problems.append(Problem(key, f"a run of this suite may come to {most} steps over its rounds (every round "
+                                     f"up to max_rounds), over the ceiling of {MAX_RUN_STEPS}: lower max_rounds"))
     if problems:
         raise SuiteError(source, _dedupe(problems))
     return Suite(name=doc.suite, description=doc.description,

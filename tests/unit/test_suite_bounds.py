@@ -239,3 +239,27 @@ def test_in_flight_buffers_are_bounded_per_device() -> None:
            "ceiling of 16g" in str(e.value)
     assert len(parse_suite("suite: s\nprofiles:\n  - {name: p, rw: randread, bs: 1m, iodepth: 256, numjobs: 16}\n",
                            "x.yaml").cells) == 1
+
+
+def test_a_run_s_steps_over_all_its_rounds_have_a_ceiling() -> None:
+    """cells x max_rounds (phases.rounds) and groups x max_rounds (phases.precondition) are judged at parse: a
+    suite within cell_limit could otherwise queue millions of steps round after round."""
+    from labcontract.suite import MAX_RUN_STEPS, most_steps
+
+    mixes = ", ".join(str(v) for v in range(0, 100, 5))           # 20 mixes x 10 sizes = 200 cells
+    sizes = ", ".join(f"{k}k" for k in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
+    rounds = ("suite: s\nphases:\n  rounds: {cell: {rwmixread: 0, bs: 4k}, max_rounds: %d}\nprofiles:\n"
+              f"  - {{name: p, rw: randrw, sweep: {{rwmixread: [{mixes}], bs: [{sizes}]}}}}\n")
+    got = problems(rounds % 1000)     # round 1 planned, 999 more rounds of every cell, the two WIPC passes
+    assert got == [f"phases.rounds.max_rounds: a run of this suite may come to {200 * 1000 + 2} steps "
+                   f"over its rounds (every round up to max_rounds), over the ceiling of {MAX_RUN_STEPS}: lower "
+                   "max_rounds"], got
+    assert len(parse_suite(rounds % 400, "s.yaml").cells) == 200          # 200 x 400 = 80,000: within
+    pre = ("suite: s\nphases:\n  precondition: {max_rounds: 100000}\nprofiles:\n"
+           "  - {name: p, rw: randwrite, bs: 4k, precondition: true}\n")
+    got = problems(pre)
+    assert len(got) == 1 and got[0].startswith("phases.precondition.max_rounds: a run of this suite may come to "
+                                               "100001 steps"), got
+    ok = parse_suite(pre.replace("100000", "50000"), "s.yaml")
+    assert most_steps(list(ok.cells), ok.phases) == 50_001
+
