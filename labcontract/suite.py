@@ -596,7 +596,9 @@ def _rounds_problems(doc: SuiteDocument, cells: Sequence[Cell], *, combine: bool
                       ("repeat (the steady-state window's rounds are each cell's repeats)", doc.repeat > 1),
                       ("a network suite", doc.network),
                       ("load_curve (a round measures each cell at its maximum)",
-                       any(p.load_curve for p in doc.profiles))):
+                       any(p.load_curve for p in doc.profiles)),
+                      ("retry.repurge (a purge between two rounds would put the device back to FOB in the middle of "
+                       "its steady-state rounds: a failed cell is retried as it is)", doc.retry.repurge)):
         if bad:
             problems.append(Problem(where, f"not available with {what}"))
     normalised: dict[str, Any] = {}

@@ -76,8 +76,10 @@ def test_hp_modes_get_their_own_wipc_and_rounds() -> None:
 
 def test_what_rounds_may_not_be_combined_with_and_a_cell_that_names_no_cell_or_two() -> None:
     bad = MINI.replace("  purge: true\n", "  purge: true\n  precondition: {round: 5s}\n") \
-        .replace("suite: mini\n", "suite: mini\nrepeat: 2\n").replace("runtime: 1s,", "runtime: 1s, load_curve: [50],")
+        .replace("suite: mini\n", "suite: mini\nrepeat: 2\nretry: {repurge: true}\n") \
+        .replace("runtime: 1s,", "runtime: 1s, load_curve: [50],")
     got = problems(bad)
+    assert any("not available with retry.repurge (a purge between two rounds" in p for p in got), got
     assert any("not available with phases.precondition" in p for p in got)
     assert any("not available with repeat" in p for p in got)
     assert any("not available with load_curve" in p for p in got)
