@@ -1,6 +1,7 @@
-"""What ``labctl`` commands do when ``--api URL --token-file F`` is given: the same commands, through the web
-service's REST API (orchestrator/labctl/api.py) instead of the store and the broker, so an engineer needs a token
-and nothing else. cli.py calls these when :func:`api_client` answers; the output matches the direct commands'.
+"""The ``--api URL --token-file F`` options and what the API backend (orchestrator/labctl/backend/viaapi.py) shares
+with them: the client they make (:func:`api_client`, asked by ``backend.backend`` only), a suite as the service takes
+it, the runs' and the queue's rows and the export's tables from the service's answers, printed as the direct
+commands print them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from labcontract.errors import ConfigError, Problem, SubmissionError
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table as RichTable
 
     from orchestrator.labctl.api import ApiClient
 
@@ -74,32 +76,26 @@ def suite_of(suite_ref: str) -> tuple[str | None, str | None]:
     return None, raw.decode("utf-8", errors="replace")
 
 
-def submit(api: ApiClient, suite_ref: str, host: str, devices: Sequence[str], *, initiators: Sequence[str] = (),
-           runtime: int | None = None, scale: float | None = None, live: bool = True, priority: int = 0,
-           not_before: float | None = None, expires_at: float | None = None,
-           max_rounds: int | None = None, repeat: int | None = None) -> str:
+def submission(api: ApiClient, suite_ref: str, host: str, devices: Sequence[str], *, initiators: Sequence[str] = (),
+               runtime: int | None = None, scale: float | None = None, live: bool = True, priority: int = 0,
+               not_before: float | None = None, expires_at: float | None = None,
+               max_rounds: int | None = None, repeat: int | None = None) -> str:
     """A built-in suite goes by name, a suite file by its text (the service validates both, every problem at
-    once); prints and returns the run id."""
+    once); the run id."""
     name, text = suite_of(suite_ref)
-    run_id = api.submit(host, devices, suite=name, suite_yaml=text, source=suite_ref, initiators=initiators,
-                        runtime=runtime, scale=scale, live=live, priority=priority, not_before=not_before,
-                        expires_at=expires_at, max_rounds=max_rounds, repeat=repeat)
+    return api.submit(host, devices, suite=name, suite_yaml=text, source=suite_ref, initiators=initiators,
+                      runtime=runtime, scale=scale, live=live, priority=priority, not_before=not_before,
+                      expires_at=expires_at, max_rounds=max_rounds, repeat=repeat)
+
+
+def submit(api: ApiClient, suite_ref: str, host: str, devices: Sequence[str], **options: Any) -> str:
+    """:func:`submission`, its run id printed and returned."""
+    run_id = submission(api, suite_ref, host, devices, **options)
     print(run_id)
     return run_id
 
 
-def run_command(api: ApiClient, ref: str, what: str, reason: str | None = None) -> None:
-    """cancel / pause / resume / rerun; prints ``RUN <done>`` as the direct commands do."""
-    rid = api.resolve(ref)
-    if what == "cancel":
-        api.cancel(rid, reason or "cancelled by user")
-    else:
-        getattr(api, what)(rid)
-    done = {"cancel": "cancelled", "pause": "paused", "resume": "resumed", "rerun": "queued again"}[what]
-    print(f"{rid} {done}")
-
-
-def print_runs(api: ApiClient, out: Console, limit: int, **filters: Any) -> None:
+def runs_table(api: ApiClient, limit: int, **filters: Any) -> RichTable:
     from rich.table import Table
 
     table = Table("run", "suite", "target", "state", "steps", "submitted", "by", "reason")
@@ -119,36 +115,24 @@ def print_runs(api: ApiClient, out: Console, limit: int, **filters: Any) -> None
         before = page["next"]
         if not before or not page["runs"]:
             break
-    out.print(table)
+    return table
 
 
-def print_queue(api: ApiClient, out: Console) -> None:
-    from rich.table import Table
-
-    table = Table("run", "suite", "prio", "target", "state", "steps", "status")
-    for q in api.queue():
-        table.add_row(_s(q.get("run_id")), _s(q.get("suite")), _s(q.get("priority")), _s(q.get("target")),
-                      _s(q.get("state")), f"{_s(q.get('steps_done'))}/{_s(q.get('steps_total'))}",
-                      _s(q.get("status"), 120))
-    out.print(table)
+def print_runs(api: ApiClient, out: Console, limit: int, **filters: Any) -> None:
+    out.print(runs_table(api, limit, **filters))
 
 
-def write_report(api: ApiClient, refs: Sequence[str], html: Path) -> None:
-    """``labctl report RUN... --html FILE`` through the API: the service's rendering, written to FILE."""
-    from labcontract.errors import LabError
-
-    text = api.report_of([api.resolve(r) for r in refs])
-    try:
-        html.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise LabError(f"{html}: cannot write the HTML report: {e.strerror or e}") from None
-    print(html)
+def queue_rows(api: ApiClient) -> list[tuple[str, ...]]:
+    return [(_s(q.get("run_id")), _s(q.get("suite")), _s(q.get("priority")), _s(q.get("target")),
+             _s(q.get("state")), f"{_s(q.get('steps_done'))}/{_s(q.get('steps_total'))}", _s(q.get("status"), 120))
+            for q in api.queue()]
 
 
 def export(api: ApiClient, refs: Sequence[str], fmt: str, table: str, output: Path | None,
-           units: str = "decimal") -> None:
+           units: str = "decimal") -> list[Path]:
     """``labctl export`` through the API: each run's tables as the service builds them (JSON rows), written by the
-    same format writer as against the store, so every run, table, format, --output and refusal is the same."""
+    same format writer as against the store, so every run, table, format, --output and refusal is the same; the files
+    written."""
     import json
 
     from labcontract.errors import ExportError
@@ -171,5 +155,4 @@ def export(api: ApiClient, refs: Sequence[str], fmt: str, table: str, output: Pa
                 raise ExportError(f"the web service's export has no {n} table")
             rows[n] += got
     tables = [Table(n, tuple(unit.named(c, units) for c in TABLES[n][0]), rows[n]) for n in names]
-    for path in writer.write(tables, output, sys.stdout):
-        print(path)
+    return list(writer.write(tables, output, sys.stdout))

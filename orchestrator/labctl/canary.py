@@ -8,38 +8,19 @@ store and the broker, refusals included."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from labcontract.errors import NotFound, Problem, SubmissionError
 from labcontract.limits import MAX_PRIORITY
-from orchestrator.labctl.common import State, command_group, fails_cleanly, out, reply_or_fail, sessions_or_fail
+from orchestrator.labctl.backend import backend
+from orchestrator.labctl.common import command_group, fails_cleanly, out
 from orchestrator.labctl.groups import HELP
-
-if TYPE_CHECKING:
-    from orchestrator.labctl.api import ApiClient
 
 canary_app = command_group(help=HELP["canary"], no_args_is_help=True)
 
 DEFAULT_CRON = "0 3 * * *"         # orchestrator.canary.DEFAULT_CRON (not imported at labctl's start)
-
-
-def _api() -> ApiClient | None:
-    from orchestrator.labctl.apicmds import api_client
-
-    return api_client()
-
-
-def _device_name(api: ApiClient | None, host: str, device: str) -> str:
-    """The name of a declared DUT named by name, path or by-id link; SubmissionError naming every problem of the
-    target (the same both ways: the service judges it with the same code, orchestrator.canary.resolve)."""
-    from orchestrator.canary import resolve
-
-    if api is not None:
-        return api.canary_dut(host, device)
-    with sessions_or_fail()() as s:
-        return resolve(s, host, device)[0]
 
 
 @canary_app.command("add")
@@ -55,39 +36,12 @@ def canary_add(
                                           help="Queue priority of each canary run.")] = 0,
 ) -> None:
     """Run the built-in canary suite on a DUT on a schedule (default nightly at 03:00)."""
-    from labcontract.suite import load_suite
-    from orchestrator.canary import SUITE, checked_name
-    from orchestrator.runs.cron import cron_problem
+    from orchestrator.canary import checked_name
 
-    api = _api()
-    name = checked_name(host, _device_name(api, host, device))
-    if api is not None:
-        source = load_suite(SUITE).source        # what the direct command names in its refusals: the same
-        if (why := cron_problem(cron, time.time())) is not None:
-            raise SubmissionError(source, [Problem("--cron", why)])
-        api.canary_add(host, device, cron=cron, quarantine=quarantine, priority=priority, source=source)
-    else:
-        _add_direct(host, device, name, cron, quarantine, priority)
+    b = backend()
+    name = checked_name(host, b.canary_dut(host, device))    # every problem of the target, the same both ways
+    b.canary_add(host, device, name, cron, quarantine, priority)
     print(f"canary {name} added ({cron}{', quarantines on drift' if quarantine else ''})")
-
-
-def _add_direct(host: str, device: str, name: str, cron: str, quarantine: bool, priority: int) -> None:
-    from labcontract.protocol import ScheduleAdd, Submit
-    from labcontract.transport import redis_client
-    from orchestrator.canary import EXPIRES_AFTER_S, QUARANTINE_ACTOR, SUITE
-    from orchestrator.runs.client import ControllerClient, _reply_to, check_submission
-    from orchestrator.runs.cron import cron_problem
-
-    suite = check_submission(SUITE, host, [device], sessions_or_fail())
-    if (why := cron_problem(cron, time.time())) is not None:     # the controller's own check, before sending
-        raise SubmissionError(suite.source, [Problem("--cron", why)])
-    template = Submit(run_id="-", suite_source=suite.source, suite_text=suite.source_text, host=host,
-                      devices=(device,), priority=priority, actor=QUARANTINE_ACTOR if quarantine else None,
-                      reply_to="-")
-    client, reply_to = ControllerClient(redis_client(State.config.broker_url)), _reply_to()
-    reply = client._call(ScheduleAdd(name=name, cron=cron, submit=template, expires_after_s=EXPIRES_AFTER_S,
-                                     actor=client.actor, reply_to=reply_to), reply_to)
-    reply_or_fail(reply, suite.source)
 
 
 def _str(value: Any, n: int = 200) -> str:
@@ -98,16 +52,10 @@ def _str(value: Any, n: int = 200) -> str:
 @fails_cleanly
 def canary_list() -> None:
     """Canary schedules and each DUT's last verdict."""
-    from orchestrator.canary import listing
-
     def when(t: Any) -> str:
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if isinstance(t, (int, float)) and t else "-"
 
-    if (api := _api()) is not None:
-        rows = api.canaries()
-    else:
-        with sessions_or_fail()() as s:
-            rows = listing(s)
+    rows = backend().canaries()
     from rich.table import Table
 
     table = Table("canary", "cron", "quarantine", "next", "last run", "verdict")
@@ -130,20 +78,14 @@ def canary_remove(
     """Remove a DUT's canary schedule (its history and last verdict stay)."""
     from orchestrator.canary import checked_name
 
-    api = _api()
+    b = backend()
     try:
-        dev_name = _device_name(api, host, device)
+        dev_name = b.canary_dut(host, device)
     except SubmissionError:
         dev_name = device          # a DUT no longer declared: its schedule is named after what it was
     name = checked_name(host, dev_name)
-    if api is not None:
-        try:
-            api.schedule_remove(name)
-        except NotFound:                      # as the controller answers labctl: the same refusal both ways
-            raise SubmissionError(name, [Problem("", f"no schedule {name!r}")]) from None
-    else:
-        from labcontract.transport import redis_client
-        from orchestrator.runs.client import ControllerClient
-
-        reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
+    try:
+        b.schedule_remove(name)
+    except NotFound:     # (the web service's answer) as the controller answers labctl: the same refusal both ways
+        raise SubmissionError(name, [Problem("", f"no schedule {name!r}")]) from None
     print(f"canary {name} removed")

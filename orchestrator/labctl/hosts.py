@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from labcontract.errors import InputError, Problem
-from orchestrator.labctl.common import State, checked_reply, command_group, fail, fails_cleanly, out, sessions_or_fail
+from orchestrator.labctl.common import State, command_group, fail, fails_cleanly, out
 from orchestrator.labctl.fleet import (
     DEFAULT_JOURNAL_UNIT,
     DEFAULT_STATE_DIR,
@@ -37,18 +36,9 @@ def hosts(ctx: typer.Context) -> None:
     """Registered hosts, their state and declared DUTs."""
     if ctx.invoked_subcommand is not None:
         return
-    from orchestrator.labctl.apicmds import api_client
+    from orchestrator.labctl.backend import backend
 
-    if (api_ := api_client()) is not None:      # drawn by the service for this terminal: the same output
-        from orchestrator.textout import terminal_of
-
-        width, color = terminal_of(out)
-        print(api_.hosts_shown(width=width, color=color), end="")
-        return
-    from orchestrator.hostview import print_hosts
-
-    with sessions_or_fail()() as s:
-        print_hosts(out, s, time.time())
+    backend().show_hosts(out)
 
 
 # --- ad-hoc work over SSH (orchestrator.labctl.fleet) ------------------------------------------------------
@@ -163,14 +153,9 @@ def _run_id(ref: str) -> str:
     """A full run id as given (no store needed); a prefix or 'last' through the store."""
     if re.fullmatch(r"r\d{8}-[0-9a-f]{6}", ref):
         return ref
-    from orchestrator.labctl.apicmds import api_client
+    from orchestrator.labctl.backend import backend
 
-    if (api_ := api_client()) is not None:
-        return api_.resolve(ref)
-    from orchestrator.queries import resolve_run_id
-
-    with sessions_or_fail()() as s:
-        return resolve_run_id(s, ref)
+    return backend().resolve(ref)
 
 
 @hosts_app.command("release")
@@ -179,13 +164,7 @@ def release(host: Annotated[str, typer.Argument(help="The quarantined host.")],
             device: Annotated[str | None, typer.Option(help="Release only this DUT (name or path); "
                                                             "default: the host and all its DUTs.")] = None) -> None:
     """Return a quarantined host or DUT to scheduling (its failure counts start again from zero)."""
-    from orchestrator.labctl.apicmds import api_client
+    from orchestrator.labctl.backend import backend
 
-    if (api_ := api_client()) is not None:
-        api_.release(host, device)
-    else:
-        from labcontract.transport import redis_client
-        from orchestrator.runs.client import ControllerClient
-
-        checked_reply(ControllerClient(redis_client(State.config.broker_url)).release(host, device))
+    backend().release(host, device)
     print(f"released {host}{':' + device if device else ''}")

@@ -9,21 +9,17 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.labctl.common import fails_cleanly, out, sessions_or_fail
+from orchestrator.labctl.common import fails_cleanly, out
 
 
 @fails_cleanly
 def notifications(as_json: Annotated[bool, typer.Option("--json", help="Print the sinks as JSON.")] = False) -> None:
     """The notification sinks of the lab (a webhook by its scheme and host only) and how delivery goes: runs
     delivered and pending, last success, last failure and its reason."""
-    from orchestrator.labctl.apicmds import api_client
-    from orchestrator.notifysinks import listing, print_sinks
+    from orchestrator.labctl.backend import backend
+    from orchestrator.notifysinks import print_sinks
 
-    if (api := api_client()) is not None:
-        rows = api.notifications()
-    else:
-        with sessions_or_fail()() as s:
-            rows = listing(s)
+    rows = backend().notifications()
     if as_json:
         print(json.dumps(rows, indent=2))
     else:

@@ -3,9 +3,9 @@
 
 Every command is in exactly one of three tables (a unit test walks the command tree and fails on a command in none):
 
-- :data:`THROUGH_API`: the command asks the web service when ``--api`` is given (``apicmds.api_client``) and prints
-  what it prints against the store and the broker; a case the service cannot serve is refused by the command itself,
-  with its reason;
+- :data:`THROUGH_API`: the command asks the web service when ``--api`` is given (the API backend that
+  ``backend.backend`` chooses) and prints what it prints against the store and the broker; a case the service cannot
+  serve is refused by the command itself, with its reason;
 - :data:`LAB_FREE`: the command reads no lab (a suite file, a series, SSH to hosts named on its command line), so it
   does the same with and without ``--api``;
 - :data:`NOT_THROUGH_API`: the command cannot go through a web service; with ``--api`` it is refused before it does

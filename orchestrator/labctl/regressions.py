@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from labcontract.errors import LabError
-from orchestrator.labctl.common import State, checked_reply, command_group, fails_cleanly, out
-from orchestrator.labctl.common import sessions_or_fail as _sessions
+from orchestrator.labctl.backend import backend
+from orchestrator.labctl.common import command_group, fails_cleanly, out
 from orchestrator.labctl.groups import HELP
 
 if TYPE_CHECKING:
@@ -89,22 +89,6 @@ def _print(regs: list[Regression], status: HistoryStatus, show_ack: bool, since:
         print(note)
 
 
-def from_api(doc: dict[str, Any]) -> tuple[list[Regression], HistoryStatus]:
-    """The regressions and the history's status as ``GET /api/regressions`` gives them (the store's own objects,
-    so that the table, the notes and --json are the same both ways); ServiceError for an answer not of that shape."""
-    from labcontract.errors import ServiceError
-    from orchestrator.stats.history import HistoryStatus, Regression
-
-    try:
-        regs = [Regression(**{**r, "cell_key": tuple(dict(r["cell_key"]).items())})
-                for r in doc["regressions"]]
-        status = HistoryStatus(int(doc["series"]), int(doc["too_short"]), int(doc["need"]),
-                               tuple(str(c) for c in doc.get("changed") or ()))
-    except (KeyError, TypeError, ValueError) as e:
-        raise ServiceError(f"GET /api/regressions: an answer not of the expected shape ({e})") from None
-    return regs, status
-
-
 @regressions_app.callback(invoke_without_command=True)
 @fails_cleanly
 def regressions_list(
@@ -119,15 +103,10 @@ def regressions_list(
     than 5% across the runs of a host, device model, firmware and suite (see docs/statistics.md)."""
     if ctx.invoked_subcommand is not None:
         return
-    from orchestrator.labctl.apicmds import api_client
-    from orchestrator.stats.history import find_regressions, parse_since
+    from orchestrator.stats.history import parse_since
 
     after = parse_since(since, time.time()) if since is not None else None      # (refused here, both ways)
-    if (api := api_client()) is not None:
-        regs, status = from_api(api.regressions(since=since, host=host, all_=all_))
-    else:
-        with _sessions()() as s:
-            regs, status = find_regressions(s, since=after, host=host, include_acknowledged=all_)
+    regs, status = backend().regressions(since=since, after=after, host=host, include_acknowledged=all_)
     if as_json:
         print(json.dumps({"regressions": [r.as_dict() for r in regs], "series": status.series,
                           "too_short": status.too_short, "need": status.need, "changed": list(status.changed)},
@@ -143,29 +122,17 @@ def regressions_ack(
     reason: Annotated[str, typer.Option(help="Why it is accepted (e.g. new firmware, expected).")] = "",
 ) -> None:
     """Acknowledge a regression: it is not listed (nor flagged on its run) again; --all still shows it."""
-    from labcontract.transport import redis_client
-    from orchestrator.labctl.apicmds import api_client
-    from orchestrator.runs.client import ControllerClient
-    from orchestrator.stats.history import find_regressions
-
     rid = regression_id.strip().lower()
     if len(reason) > 1024:
         raise LabError(f"--reason: {len(reason)} characters; at most 1024")
-    api = api_client()
-    if api is not None:
-        regs, _ = from_api(api.regressions(all_=True))
-    else:
-        with _sessions()() as s:
-            regs, _ = find_regressions(s, include_acknowledged=True)
+    b = backend()
+    regs, _ = b.regressions(since=None, after=None, host=None, include_acknowledged=True)
     match = next((r for r in regs if r.id == rid), None)
     if match is None:
         raise LabError(f"no regression {regression_id[:40]!r} (labctl regressions --all lists them)")
     if match.acknowledged:
         print(f"regression {rid} was already acknowledged")
         return
-    if api is not None:
-        api.acknowledge(rid, reason)
-    else:
-        checked_reply(ControllerClient(redis_client(State.config.broker_url)).acknowledge(rid, reason))
+    b.acknowledge(rid, reason)
     print(f"regression {rid} acknowledged ({match.host} {match.suite} {match.cell} {match.metric} at "
           f"{match.run_id})")

@@ -12,9 +12,8 @@ from typing import Annotated, Any
 import typer
 
 from labcontract.errors import LabError
-from orchestrator.labctl.common import State, fail, out
-from orchestrator.labctl.common import sessions_or_fail as _sessions
-from orchestrator.states import TERMINAL_RUN
+from orchestrator.labctl.backend import backend
+from orchestrator.labctl.common import fail, out
 
 
 def add_report_commands(app: typer.Typer) -> None:
@@ -47,17 +46,6 @@ def _input_fails_2(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def _write_html(details: Any, path: Path, options: dict[str, str] | None, history: Any = None) -> None:
-    from orchestrator import htmlreport
-    from orchestrator.report import artifact_reader
-
-    try:
-        htmlreport.write_html(details, path, options=options,
-                              read_artifact=artifact_reader(State.config.artifact_dir), history=history)
-    except OSError as e:
-        raise LabError(f"{path}: cannot write the HTML report: {e.strerror or e}") from e
-
-
 @_input_fails_2
 def compare(
     runs: Annotated[list[str], typer.Argument(metavar="RUN", help=RUNS_HELP + " The first is the "
@@ -83,81 +71,25 @@ def compare(
     Mann-Whitney U when both runs have 2+ repeats; docs/statistics.md "Compare"). An unknown run, fewer than
     2 runs or runs with no cell in common exit with code 2."""
     from labcontract.errors import CompareError
-    from orchestrator.compare import FORMATS, compare_runs
-    from orchestrator.comparetable import print_table as print_comparison
+    from orchestrator.compare import FORMATS
 
     if format not in ("table", *FORMATS):
         raise CompareError(f"--format: unknown format {format!r} (choose from table, {', '.join(FORMATS)})")
-    from orchestrator.labctl.apicmds import api_client
-
     if reference is not None:
         return _compare_reference(runs, reference, format, units)
-
-    if (api_ := api_client()) is not None:
-        return _compare_through(api_, runs, format, units, html, baseline)
-    with _sessions()() as s:
-        c = compare_runs(s, runs, units, baseline)
-        if format == "table":
-            print_comparison(out, c)
-        else:
-            sys.stdout.write(FORMATS[format](c))
-        for i in range(len(c.details)):
-            if c.partial(i):
-                print(f"warning: run {c.details[i].run.id} is {c.details[i].run.state}: partial", file=sys.stderr)
-        if html is not None:
-            _write_html(c.details, html, None)
-            print(f"HTML report: {html}", file=sys.stderr if format != "table" else sys.stdout)
+    backend().compare(runs, format, units, html, baseline, out)
+    if html is not None:
+        print(f"HTML report: {html}", file=sys.stderr if format != "table" else sys.stdout)
 
 
 def _compare_reference(runs: list[str], suite: str, format: str, units: str) -> None:
     from labcontract.errors import CompareError
-    from orchestrator.labctl.apicmds import api_client
-    from orchestrator.reference import as_json, reference_set, table_lines
 
     if len(runs) != 1:
         raise CompareError(f"--reference compares one run with the reference set, got {len(runs)} runs")
     if format not in ("table", "json"):
         raise CompareError(f"--reference: --format table or json, not {format!r}")
-    if (api_ := api_client()) is not None:
-        from orchestrator.units import check_units
-
-        check_units(units)
-        print(api_.reference(api_.resolve(runs[0]), suite, format, units))
-        return
-    with _sessions()() as s:
-        ref = reference_set(s, runs[0], suite, units)
-    print(as_json(ref) if format == "json" else "\n".join(table_lines(ref)))
-
-
-def _compare_through(api: Any, runs: list[str], format: str, units: str, html: Path | None,
-                     baseline: str | None) -> None:
-    """``labctl --api … compare``: the web service compares (the same code) and draws the table for this terminal's
-    width and colours, so that the output is what the command prints against the store."""
-    from labcontract.errors import CompareError
-    from orchestrator.units import check_units
-
-    check_units(units)
-    if len(runs) < 2:                       # (as compare_runs words it)
-        raise CompareError(f"compare needs at least 2 runs, got {len(runs)}")
-    from orchestrator.compare import baseline_first
-
-    ids = [api.resolve(r) for r in runs]
-    ids = baseline_first(ids, api.resolve(baseline) if baseline else None)   # refused here as against the store
-    from orchestrator.textout import terminal_of
-
-    width, color = terminal_of(out)
-    text, partial = api.compare(ids, format, units, width=width, color=color, baseline=ids[0])
-    sys.stdout.write(text)
-    sys.stdout.flush()
-    for rid in partial:
-        print(f"warning: run {rid} is {api.run(rid).get('state')}: partial", file=sys.stderr)
-    if html is not None:
-        page, _ = api.compare(ids, "html", units, baseline=ids[0])
-        try:
-            html.write_text(page, encoding="utf-8")
-        except OSError as e:
-            raise LabError(f"{html}: cannot write the HTML report: {e.strerror or e}") from e
-        print(f"HTML report: {html}", file=sys.stderr if format != "table" else sys.stdout)
+    print(backend().reference(runs[0], suite, format, units))
 
 
 @_input_fails_2
@@ -172,29 +104,8 @@ def report(
 ) -> None:
     """Write the report(s) of runs and print the paths: the HTML report with --html, else (or also, with
     --markdown) the Markdown report of each run in the lab's report directory."""
-    from orchestrator.labctl.apicmds import api_client, write_report
-    from orchestrator.queries import run_detail
-    from orchestrator.report import write_markdown
-
-    if (api_ := api_client()) is not None:
-        if html is None or markdown or latency_cell:
-            raise LabError("through --api: the runs' HTML report with --html FILE (no --markdown, --latency-cell)")
-        return write_report(api_, runs, html)
-    with _sessions()() as s:
-        details = [run_detail(s, ref) for ref in runs]
-        for d in details:
-            if d.run.state not in TERMINAL_RUN:
-                print(f"warning: run {d.run.id} is {d.run.state}: partial report (what was measured so far)",
-                      file=sys.stderr)
-        if html is not None:
-            from orchestrator.runhistory import histories
-
-            _write_html(details, html, {"latency_cells": ",".join(latency_cell)} if latency_cell else None,
-                        histories(s, [d.run.id for d in details]))
-            print(html)
-        if html is None or markdown:
-            for d in details:
-                print(write_markdown(d, State.config.report_dir, State.config.artifact_dir))
+    for path in backend().report(runs, html, markdown, latency_cell):
+        print(path)
 
 
 @_input_fails_2
@@ -215,36 +126,9 @@ def export(
     """Export runs' figures for scripts and spreadsheets; the columns are listed in docs/metrics.md
     ("Export columns"); a missing value is an empty CSV field or a JSON null. --format lab exports the runs for
     another lab (docs/reports.md, "Labs that share results")."""
-    from orchestrator.export import export as write_export
-    from orchestrator.labctl.apicmds import api_client
-    from orchestrator.labctl.apicmds import export as api_export
-    from orchestrator.queries import run_detail
-
+    b = backend()
     if format == "lab":
-        return _export_lab(runs, output, lab)
-    if (api_ := api_client()) is not None:
-        return api_export(api_, runs, format, table, output, units)
-    with _sessions()() as s:
-        details = [run_detail(s, ref) for ref in runs]
-        for path in write_export(details, format, table, output, sys.stdout, units):
-            print(path)
-
-
-def _export_lab(runs: list[str], output: Path | None, lab: str | None) -> None:
-    import re
-
-    from labcontract.errors import ExportError
-    from labcontract.rundoc import LAB_RE
-    from orchestrator.export.bundle import documents, load_runs, write_bundle
-    from orchestrator.labctl.apicmds import api_client
-    from orchestrator.queries import resolve_run_id
-
-    if api_client() is not None:
-        raise ExportError("--format lab reads the store and the artifact directory: not through --api")
-    if output is None:
-        raise ExportError("--format lab: give --output DIR (or FILE.tar.gz)")
-    if lab is not None and not re.match(LAB_RE, lab):
-        raise ExportError(f"--lab {lab[:80]!r}: a lab name is 1-64 letters, digits, '_', '.', '-'")
-    with _sessions()() as s:
-        docs, files = documents(s, load_runs(s, [resolve_run_id(s, r) for r in runs]), State.config.artifact_dir)
-    print(write_bundle(docs, files, output, lab))
+        print(b.export_lab(runs, output, lab))
+        return
+    for path in b.export(runs, format, table, output, units):
+        print(path)

@@ -1,4 +1,5 @@
-"""``labctl schedule``: recurring submissions, sent to the controller as commands; listed from the store."""
+"""``labctl schedule``: recurring submissions, sent to the controller as commands; listed from the store (or both
+through the web service: orchestrator/labctl/backend)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import typer
 
 from labcontract.errors import LabError
 from labcontract.limits import MAX_PRIORITY
-from orchestrator.labctl.common import SUITE_HELP, State, command_group, fails_cleanly, out, reply_or_fail
-from orchestrator.labctl.common import sessions_or_fail as _sessions
+from orchestrator.labctl.common import SUITE_HELP, command_group, fails_cleanly, out
 from orchestrator.labctl.groups import HELP
 
 schedule_app = command_group(help=HELP["schedule"], no_args_is_help=True)
@@ -31,33 +31,21 @@ def schedule_add(
                                                            "it fired, e.g. 10h.")] = None,
 ) -> None:
     """Add a schedule: the controller queues the suite each time the cron expression says."""
-    from labcontract.transport import redis_client
     from labcontract.units import parse_duration
-    from orchestrator.labctl.apicmds import api_client, suite_of
-    from orchestrator.runs.client import ControllerClient, check_submission
+    from orchestrator.labctl.backend import backend
     from orchestrator.runs.cron import cron_problem
 
-    if (api_ := api_client()) is not None:      # the service checks the suite and the target as a submission
-        source = suite_ref
-    else:
-        suite = check_submission(suite_ref, host, device, _sessions(), runtime=runtime, scale=scale)
-        source = suite.source
+    b = backend()
+    suite = b.schedule_check(suite_ref, host, device, runtime, scale)   # (through --api: the service checks it)
+    source = suite.source
     if (why := cron_problem(cron, time.time())) is not None:     # the controller's own check, before sending
         raise _input_error(source, "--cron", why)
     try:
         expires = parse_duration(expires_after) if expires_after else None
     except ValueError as e:
         raise _input_error(source, "--expires-after", str(e)) from None
-    if api_ is not None:
-        name_, text = suite_of(suite_ref)
-        api_.schedule_add(name, cron, host, device, suite=name_, suite_yaml=text, source=suite_ref,
-                          runtime=runtime, scale=scale, priority=priority,
-                          expires_after_s=None if expires is None else int(expires))
-        print(f"schedule {name} added")
-        return
-    reply = ControllerClient(redis_client(State.config.broker_url)).schedule_add(
-        name, cron, suite, host, device, runtime=runtime, scale=scale, priority=priority, expires_after_s=expires)
-    reply_or_fail(reply, suite.source)
+    b.schedule_add(name, suite, cron, host, device, priority=priority, runtime=runtime, scale=scale,
+                   expires_after_s=expires)
     print(f"schedule {name} added")
 
 
@@ -73,27 +61,12 @@ def schedule_list() -> None:
     """Schedules with their next and last firing."""
     from rich.table import Table
 
-    from orchestrator.labctl.apicmds import api_client
+    from orchestrator.labctl.backend import backend
 
     table = Table("schedule", "cron", "suite", "target", "next", "last", "last run", "last error")
-    if (api_ := api_client()) is not None:
-        for x in api_.schedules():
-            table.add_row(*_row(str(x.get("name")), str(x.get("cron")), str(x.get("suite")), str(x.get("host")),
-                                [str(d) for d in x.get("devices") or []], x.get("next_fire_at"),
-                                x.get("last_fired_at"), x.get("last_run_id"), str(x.get("last_error") or ""),
-                                str(x.get("disabled_reason") or "")))
-        out.print(table)
-        return
-    from sqlalchemy import select
-
-    from orchestrator.store.models import Schedule
-
-    with _sessions()() as s:
-        for sch in s.scalars(select(Schedule).order_by(Schedule.name)):
-            sub = sch.submit
-            table.add_row(*_row(sch.name, sch.cron, str(sub.get("suite_source")), str(sub.get("host")),
-                                list(sub.get("devices", [])), sch.next_fire_at, sch.last_fired_at, sch.last_run_id,
-                                sch.last_error, sch.disabled_reason))
+    for x in backend().schedules():
+        table.add_row(*_row(x.name, x.cron, x.suite, x.host, x.devices, x.next_fire_at, x.last_fired_at,
+                            x.last_run_id, x.last_error, x.disabled_reason))
     out.print(table)
 
 
@@ -112,14 +85,7 @@ def _row(name: str, cron: str, suite: str, host: str, devices: list[str], next_a
 @fails_cleanly
 def schedule_rm(name: str) -> None:
     """Remove a schedule (runs it already queued stay)."""
-    from orchestrator.labctl.apicmds import api_client
+    from orchestrator.labctl.backend import backend
 
-    if (api_ := api_client()) is not None:
-        api_.schedule_remove(name)
-        print(f"schedule {name} removed")
-        return
-    from labcontract.transport import redis_client
-    from orchestrator.runs.client import ControllerClient
-
-    reply_or_fail(ControllerClient(redis_client(State.config.broker_url)).schedule_rm(name), name)
+    backend().schedule_remove(name)
     print(f"schedule {name} removed")
