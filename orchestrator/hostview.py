@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.orm import Session
 
-from orchestrator.queries import host_up, list_hosts
+from orchestrator.queries import heartbeat_timeout, host_up, list_hosts
 
 SKEW_WARN_S = 1.0       # a host clock this far from the controller's is shown with a warning
 
@@ -28,11 +28,12 @@ def print_hosts(out: Console, s: Session, now: float) -> None:
     table = Table("host", "state", "last heartbeat", "clock", "CPU", "mem GiB", "OS", "fio", "DUTs",
                   "quarantine / why not used")
     warnings = []
+    limit = heartbeat_timeout(s)          # the controller's own: a host is down when it says so
     for h in list_hosts(s):
         f = h.facts
         duts = ", ".join(f"{d.name}={d.path}" + (" [QUARANTINED]" if d.quarantined_at else "")
                          for d in h.devices if d.declared)
-        state = "up" if host_up(h, now) else "DOWN"
+        state = "up" if host_up(h, now, limit) else "DOWN"
         why = [f"incompatible: {h.incompatible}"] if h.incompatible else []
         why += [f"host: {h.quarantine_reason}"] if h.quarantined_at else []
         why += [f"{d.path}: {d.quarantine_reason}" for d in h.devices if d.quarantined_at]

@@ -12,7 +12,18 @@ from sqlalchemy.orm import Session, defer, selectinload
 from labcontract.errors import StoreError
 from labcontract.rounds import round_of, window_rounds
 from orchestrator.config import ControllerTuning
-from orchestrator.store.models import Artifact, Attempt, Host, NetGroup, PreconditionRecord, Result, Run, Step
+from orchestrator.store.lease import LEASE_NAME
+from orchestrator.store.models import (
+    Artifact,
+    Attempt,
+    ControllerLease,
+    Host,
+    NetGroup,
+    PreconditionRecord,
+    Result,
+    Run,
+    Step,
+)
 
 
 @dataclass(frozen=True)
@@ -99,9 +110,17 @@ def in_window(cell: Mapping[str, Any], windows: Mapping[str, range]) -> bool:
     return w is None or not w or r in w
 
 
+def heartbeat_timeout(s: Session) -> float:
+    """The heartbeat timeout of the controller holding the lease (it says it there once it has migrated the store),
+    else the default's: what readers pass to :func:`host_up`."""
+    got = s.scalar(select(ControllerLease.heartbeat_timeout_s).where(ControllerLease.name == LEASE_NAME))
+    return float(got) if got is not None and got > 0 else ControllerTuning().heartbeat_timeout_s
+
+
 def host_up(h: Host | None, now: float, timeout_s: float | None = None) -> bool:
-    """As the controller judges a host: heard from within its heartbeat timeout (the default's, unless given). The
-    one reader's definition: labctl's hosts and queue, the web service's hosts."""
+    """As the controller judges a host: heard from within its heartbeat timeout (``timeout_s``: the controller's,
+    :func:`heartbeat_timeout`; the default's when not given). The one reader's definition: labctl's hosts and
+    queue, the web service's hosts and queue."""
     limit = ControllerTuning().heartbeat_timeout_s if timeout_s is None else timeout_s
     return bool(h and h.last_seen and now - h.last_seen <= limit)
 

@@ -93,6 +93,7 @@ def main(config: LabConfig, tuning: ControllerTuning, *, log_level: str = "INFO"
         return
     with migration_lock(engine):
         migrate(engine)
+    lease.publish(heartbeat_timeout_s=tuning.heartbeat_timeout_s)   # readers call a host down as this one does
     fenced = sessions(engine)           # every write transaction proves the lease is still ours
     lease.fence(fenced)
     faults = FaultLog()

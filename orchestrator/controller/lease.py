@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sqlalchemy import Engine, event, inspect, text, update
+from sqlalchemy import Engine, event, insert, inspect, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 
@@ -108,9 +108,11 @@ class Lease:
             with self.sessions.begin() as s:
                 row = s.get(ControllerLease, LEASE_NAME)
                 if row is None:
-                    s.add(ControllerLease(name=LEASE_NAME, holder=self.holder, token=1, acquired_at=now,
-                                          renewed_at=now, expires_at=now + self.ttl_s))
-                    s.flush()
+                    # the columns named (a Core insert): the lease is taken before the store is migrated, so a
+                    # column a newer schema adds (heartbeat_timeout_s, 0019) is never named here
+                    s.execute(insert(ControllerLease).values(name=LEASE_NAME, holder=self.holder, token=1,
+                                                             acquired_at=now, renewed_at=now,
+                                                             expires_at=now + self.ttl_s))
                     won = 1
                 else:
                     view = view_of(row)
@@ -165,6 +167,15 @@ class Lease:
         with self.sessions.begin() as s:
             self.check(s)
         self._renewed = self.monotonic()
+
+    def publish(self, heartbeat_timeout_s: float) -> None:
+        """Say in the lease row what readers need to judge as this controller does (its heartbeat timeout):
+        after the migration, which the lease is taken before."""
+        with self.sessions.begin() as s:
+            s.execute(update(ControllerLease)
+                      .where(ControllerLease.name == LEASE_NAME, ControllerLease.token == self.token)
+                      .values(heartbeat_timeout_s=heartbeat_timeout_s)
+                      .execution_options(synchronize_session=False))
 
     def renew_if_due(self) -> None:
         """Each loop pass: renew when the last renewal is ttl_s / 5 old (2 s of a 10 s TTL)."""

@@ -350,6 +350,9 @@ class ControllerLease(Base):
     acquired_at: Mapped[float] = mapped_column(Float)
     renewed_at: Mapped[float] = mapped_column(Float)
     expires_at: Mapped[float] = mapped_column(Float)
+    # schema 0019: the holder's heartbeat timeout, for readers to call a host down as it does (NULL: the default's).
+    # Deferred: the lease is taken before the holder migrates, so taking it never reads or writes this column.
+    heartbeat_timeout_s: Mapped[float | None] = mapped_column(Float, nullable=True, deferred=True)
 
 
 class RegressionAck(Base):

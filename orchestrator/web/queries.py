@@ -19,7 +19,7 @@ from sqlalchemy import case, exists, func, or_, select, tuple_
 from sqlalchemy.orm import Session, load_only, selectinload
 
 from labcontract.errors import InputError, NotFound, Problem
-from orchestrator.queries import RunDetail, artifact_rows, host_up, run_detail
+from orchestrator.queries import RunDetail, artifact_rows, heartbeat_timeout, host_up, run_detail
 from orchestrator.states import TERMINAL_STEP
 from orchestrator.store.models import Device, Host, Result, Run, Schedule, Step
 from orchestrator.web.runview import expected_s, step_progress
@@ -212,10 +212,11 @@ def _health(host: Host, target: str) -> list[dict[str, Any]]:
 def host_rows(s: Session, now: float | None = None) -> list[dict[str, Any]]:
     """Every host with its state (up / down / incompatible / quarantined), health checks and DUTs."""
     now = time.time() if now is None else now
+    limit = heartbeat_timeout(s)
     out = []
     for h in s.scalars(select(Host).options(selectinload(Host.devices)).order_by(Host.name)):
         state = ("quarantined" if h.quarantined_at is not None else "incompatible" if h.incompatible
-                 else "up" if host_up(h, now) else "down")
+                 else "up" if host_up(h, now, limit) else "down")
         out.append({"name": h.name, "state": state, "last_seen": h.last_seen,
                     "quarantined": h.quarantined_at is not None, "reason": h.quarantine_reason or h.incompatible or "",
                     "agent_version": h.agent_version, "health": _health(h, h.name),
@@ -237,7 +238,8 @@ def queue(s: Session, now: float | None = None, controller_gone: str | None = No
     runs = list(s.scalars(select(Run).where(Run.state.in_(["QUEUED", "RUNNING", "PAUSED"]))))
     hosts = {h.name: h for h in s.scalars(select(Host).options(selectinload(Host.devices)))}
     ids = [r.id for r in runs]
-    decision = decide(runs, hosts, now, lambda h: host_up(h, now), StepSummary.of(s, ids), agent_kinds())
+    limit = heartbeat_timeout(s)
+    decision = decide(runs, hosts, now, lambda h: host_up(h, now, limit), StepSummary.of(s, ids), agent_kinds())
     starting = {r.id for r, _st in decision.dispatch} if not controller_gone else set()
     counts = step_counts(s, ids)
     running = dict(s.execute(select(Step.run_id, func.min(Step.name)).where(

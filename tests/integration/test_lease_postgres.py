@@ -11,6 +11,7 @@ from sqlalchemy import select
 
 from orchestrator.controller.lease import Lease, LeaseLost, migration_lock
 from orchestrator.controller.transient import transient_kind
+from orchestrator.queries import heartbeat_timeout
 from orchestrator.store.db import make_engine, migrate, sessions
 from orchestrator.store.lease import current
 from orchestrator.store.models import Schedule
@@ -78,6 +79,9 @@ def test_lease_on_postgres(pg_server: PgServer) -> None:  # noqa: F811
         assert taker.try_acquire() is not None
         mono.t += 11
         assert taker.try_acquire() is None and taker.token == 2
+        taker.publish(heartbeat_timeout_s=30.0)       # what readers judge hosts by (queries.heartbeat_timeout)
+        with sessions(engine)() as s:
+            assert heartbeat_timeout(s) == 30.0
         with pytest.raises(LeaseLost), fenced.begin() as s:
             s.add(Schedule(name="stale", cron="* * * * *", submit={}, next_fire_at=1.0, created_at=1.0))
         with sessions(engine)() as s:

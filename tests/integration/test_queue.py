@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from orchestrator.config import ControllerTuning
 from orchestrator.labs.lab import wait_for
 from orchestrator.queries import RunDetail
 from orchestrator.runs.client import ControllerClient
-from orchestrator.store.models import Run
+from orchestrator.store.models import ControllerLease, Run
 from tests.conftest import LabHandle, start_lab
 
 pytestmark = pytest.mark.integration
@@ -92,6 +93,8 @@ def test_bad_times_are_refused_and_nothing_is_queued(qlab: tuple[LabHandle, Path
     assert "--expires-after: not a duration: 'soon'" in res.stderr
     with lab.sessions() as s:
         assert s.scalar(select(func.count()).select_from(Run)) == before
+        # the running controller said its heartbeat timeout in its lease (readers call hosts down by it)
+        assert s.scalar(select(ControllerLease.heartbeat_timeout_s)) == ControllerTuning().heartbeat_timeout_s
 
 
 def test_schedule_add_list_rm_through_the_cli(qlab: tuple[LabHandle, Path]) -> None:

@@ -304,3 +304,36 @@ def test_run_forever_stops_on_other_errors_and_on_lease_lost(
     monkeypatch.setattr(ctl, "step_once", bug)
     with pytest.raises(KeyError):
         ctl.run_forever()
+
+
+def test_the_holder_says_its_heartbeat_timeout_and_readers_judge_hosts_by_it(tmp_path: Path) -> None:
+    """The lease is taken before the holder migrates: on a store of the previous schema (0018) it is taken without
+    the new column; once migrated the holder says its heartbeat timeout there, and a reader calls a host down after
+    that many seconds, not the default's 10 (labctl hosts and queue, the web service)."""
+    from alembic import command
+
+    from orchestrator.queries import heartbeat_timeout, host_up
+    from orchestrator.store.db import alembic_config
+
+    eng = make_engine(f"sqlite:///{tmp_path / 'old.sqlite'}")
+    command.upgrade(alembic_config(eng), "0018")
+    lease = Lease(sessions(eng), holder="other-host:1:a", ttl_s=10)
+    assert lease.try_acquire() is None and lease.token == 1
+    migrate(eng)
+    db = sessions(eng)
+    with db() as s:
+        assert heartbeat_timeout(s) == 10.0             # not said yet: the default's
+    lease.publish(heartbeat_timeout_s=45.0)
+    lease.renew()                                       # renewing keeps it
+    with db() as s:
+        limit = heartbeat_timeout(s)
+        s.add(Host(name="h1", last_seen=1000.0))
+        s.commit()
+        h = s.get(Host, "h1")
+    assert limit == 45.0
+    assert host_up(h, 1030.0, limit) and not host_up(h, 1030.0) and not host_up(h, 1046.0, limit)
+    stale = Lease(sessions(eng), holder="other-host:2:b", ttl_s=10)
+    stale.token = 99
+    stale.publish(heartbeat_timeout_s=5.0)              # not the holder: changes nothing
+    with db() as s:
+        assert heartbeat_timeout(s) == 45.0

@@ -12,7 +12,7 @@ from alembic import command
 from orchestrator.store.db import alembic_config, make_engine, migrate, schema_drift
 from orchestrator.store.models import Result, Run, Step
 
-HEAD = "0018"
+HEAD = "0019"
 
 # the run list's OP-mode index (0011) is an expression, which autogenerate cannot reflect and says so
 pytestmark = pytest.mark.filterwarnings("ignore:Skipped unsupported reflection of expression-based index")

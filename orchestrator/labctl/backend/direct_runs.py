@@ -67,14 +67,11 @@ class DirectRuns(DirectBase):
         from sqlalchemy import select
 
         from orchestrator.kinds import agent_kinds
-        from orchestrator.queries import host_up
+        from orchestrator.queries import heartbeat_timeout, host_up
         from orchestrator.runs.scheduling import decide
         from orchestrator.store.models import Host, Run
 
         now = time.time()
-
-        def up(h: Host | None) -> bool:
-            return host_up(h, now)
 
         db = self.sessions()
         gone = controller_unreachable(db, now)     # then the hosts only look silent: nothing is applied
@@ -84,6 +81,11 @@ class DirectRuns(DirectBase):
         with db() as s:
             runs = list(s.scalars(select(Run).where(Run.state.in_(["QUEUED", "RUNNING", "PAUSED"]))))
             hosts = {h.name: h for h in s.scalars(select(Host))}
+            limit = heartbeat_timeout(s)      # the controller's own: a host is down when it says so
+
+            def up(h: Host | None) -> bool:
+                return host_up(h, now, limit)
+
             decision = decide(runs, hosts, now, up, needs=agent_kinds())
             if gone:
                 decision.waits.update({r.id: "controller unreachable" for r in runs})
