@@ -18,8 +18,10 @@ from typing import Any
 
 from labcontract.drivehealth import DriveHealth, HealthSnapshot, bytes_written, grew
 from labcontract.errors import LabError
+from labcontract.registry import Registry
 from labcontract.suite import parse_suite
 from labcontract.units import format_size
+from orchestrator.cellmetrics import run_kind
 from orchestrator.cells import op_modes as cell_op_modes
 from orchestrator.fiorun import imported_rows
 from orchestrator.queries import RunDetail
@@ -398,26 +400,36 @@ def _network_sections(detail: RunDetail) -> list[tuple[str, Rows]]:
 
 
 def describe(detail: RunDetail, read_artifact: ReadArtifact | None = None) -> Provenance:
-    """The run's provenance (see the module docstring). ``read_artifact`` (``ArtifactStore.read``) lets it
-    name the exact purge commands and the DUT facts recorded after the run; without it they are summarised."""
+    """The run's provenance (see the module docstring), as its result kind describes it (:data:`DESCRIBERS`).
+    ``read_artifact`` (``ArtifactStore.read``) lets it name the exact purge commands and the DUT facts recorded
+    after the run; without it they are summarised."""
+    return DESCRIBERS.get_or_fail(run_kind(detail))(detail, read_artifact)
+
+
+def _describe_network(detail: RunDetail, _read_artifact: ReadArtifact | None) -> Provenance:
+    """A network run: the topology, then each host's platform (the target's first)."""
+    run = detail.run
+    warnings = override_warnings(run)
+    sections = [*_network_sections(detail), ("Run", run_rows(run, warnings))]
+    os_name = text(next((s[1] for t, rows in sections if t.startswith("Platform") for s in rows
+                         if s[0] == "OS" and s[1] != UNKNOWN), None))
+    return Provenance(device_label=f"network {text((run.topology or {}).get('tool'))}", os=os_name,
+                      op_modes=_modes(detail), partial=run.state not in TERMINAL_RUN, sections=sections,
+                      warnings=warnings)
+
+
+def _describe_devices(detail: RunDetail, read_artifact: ReadArtifact | None, *,
+                      extra_platform: Callable[[Result | None], Rows] = lambda _res: []) -> Provenance:
+    """A run on a host's DUTs (storage, application): its platform, the devices' state and health, the run."""
     run = detail.run
     res = _main_result(detail)
     prov: dict[str, Any] = res.provenance if res is not None else {}
     host = prov.get("host") or {}
-    modes = cell_op_modes(st.cell for st in detail.steps if st.kind not in ("net", "facts"))
+    modes = _modes(detail)
     warnings = override_warnings(run)
-    if run.topology:
-        sections = [*_network_sections(detail), ("Run", run_rows(run, warnings))]
-        os_name = text(next((s[1] for t, rows in sections if t.startswith("Platform") for s in rows
-                             if s[0] == "OS" and s[1] != UNKNOWN), None))
-        return Provenance(device_label=f"network {text((run.topology or {}).get('tool'))}", os=os_name,
-                          op_modes=modes, partial=run.state not in TERMINAL_RUN, sections=sections,
-                          warnings=warnings)
     devices = prov.get("devices") or [{"path": p} for p in (run.devices or [run.device])]
     platform = platform_rows(host, agent_version=prov.get("agent_version"),
-                             fio_version=res.fio_version if res is not None else None)
-    if any(st.kind == "app" for st in detail.steps):
-        platform.append(("workload", _app_tool(res)))
+                             fio_version=res.fio_version if res is not None else None) + extra_platform(res)
     sections = [("Platform", platform),
                 ("Device state", device_state_rows(detail, modes, prov, read_artifact)),
                 ("Run", run_rows(run, warnings))]
@@ -430,3 +442,16 @@ def describe(detail: RunDetail, read_artifact: ReadArtifact | None = None) -> Pr
     return Provenance(device_label=device_label(devices), os=text(host.get("os")), op_modes=modes,
                       partial=run.state not in TERMINAL_RUN, sections=sections,
                       devices=[_device_row(d, host) for d in devices], warnings=warnings)
+
+
+def _modes(detail: RunDetail) -> list[str]:
+    return cell_op_modes(st.cell for st in detail.steps if st.kind not in ("net", "facts"))
+
+
+Describe = Callable[[RunDetail, "ReadArtifact | None"], Provenance]
+# the provenance of each result kind (orchestrator.cellmetrics.RESULT_KINDS; a test checks every kind has one)
+DESCRIBERS: Registry[Describe] = Registry("provenance of a result kind")
+DESCRIBERS.add("storage", _describe_devices)
+DESCRIBERS.add("app", lambda detail, read: _describe_devices(detail, read,
+                                                             extra_platform=lambda res: [("workload", _app_tool(res))]))
+DESCRIBERS.add("net", _describe_network)

@@ -41,7 +41,10 @@ def test_every_registry_of_the_project_is_one() -> None:
     assert list(RESULT_KINDS) == ["net", "app", "storage"]        # asked in this order: storage holds any other run
     from orchestrator.report import VIEWS
 
+    from orchestrator.provenance import DESCRIBERS
+
     assert isinstance(VIEWS, Registry) and set(VIEWS) == set(RESULT_KINDS)    # every result kind has its view
+    assert isinstance(DESCRIBERS, Registry) and set(DESCRIBERS) == set(RESULT_KINDS)    # and its provenance
     assert set(compare.FORMATS) == {"json", "csv"} and {"csv", "json"} <= set(FORMATS)
     assert api.ROUTERS["live"] == "orchestrator.web.live" and pages.ROUTERS["runs"] == "orchestrator.web.pages.runs"
     with pytest.raises(LookupError, match="no step kind 'nope'"):
