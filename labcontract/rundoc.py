@@ -232,6 +232,7 @@ class RunDoc(_Doc):
     submitted_by: Annotated[str, Field(max_length=64)] = ""
     max_rounds: Count | None = None
     rerun_count: Count = 0
+    live: bool = True                     # per-second fio snapshots for every step (False: imported fio output)
     steps: Annotated[list[StepDoc], Field(max_length=MAX_STEPS)]
     preconditions: Annotated[list[PreconditionDoc], Field(max_length=MAX_STEPS)] = []
     net_groups: Annotated[list[NetGroupDoc], Field(max_length=MAX_STEPS)] = []

@@ -313,7 +313,7 @@ def build_run(files: Sequence[FioFile], target: Target) -> RunDoc:
             "reason": "imported from fio output" + (f": {target.note}" if target.note else ""),
             "submitted_at": min(f.started for f in files), "started_at": min(f.started for f in files),
             "ended_at": max(f.timestamp for f in files),
-            "submitted_by": SUBMITTED_BY, "steps": steps})
+            "submitted_by": SUBMITTED_BY, "live": False, "steps": steps})
     except ValidationError as e:
         raise FioImportError(problems_of(e, "run")) from None
 

@@ -111,6 +111,7 @@ def test_the_file_is_the_artifact_and_the_result_recomputes_from_it(imported: di
     raw = imported["files"]["two"].read_bytes()
     sha = hashlib.sha256(raw).hexdigest()
     d = web.lab.detail(imported["run"])
+    assert d.run.live is False          # no per-second snapshots: run show says "live telemetry off"
     (step,) = d.steps
     (art,) = step.attempts[-1].artifacts
     assert (art.name, art.sha256, art.size) == ("fio.json", sha, len(raw))

@@ -43,6 +43,7 @@ def merged(hist: dict[str, Any]) -> dict[int, int]:
 def test_a_local_run_is_one_step_per_job_with_the_lab_figures() -> None:
     raw = LOCAL.read_bytes()
     doc = build_run([read_fio_file(LOCAL)], TARGET)
+    assert doc.live is False            # fio's own output: the lab took no per-second snapshots
     groups = parse_fio_groups(raw)
     assert [st.name for st in doc.steps] == list(groups) == ["4k-randread", "4k-randwrite"]
     sha = hashlib.sha256(raw).hexdigest()
