@@ -39,9 +39,8 @@ def test_every_registry_of_the_project_is_one() -> None:
         assert isinstance(reg, Registry) and len(reg) > 0, reg
     assert {k.name for k in chart_kinds()} == set(CHART_KINDS) and {"pts", "thermal", "wsat"} <= set(CHART_KINDS)
     assert list(RESULT_KINDS) == ["net", "app", "storage"]        # asked in this order: storage holds any other run
-    from orchestrator.report import VIEWS
-
     from orchestrator.provenance import DESCRIBERS
+    from orchestrator.report import VIEWS
 
     assert isinstance(VIEWS, Registry) and set(VIEWS) == set(RESULT_KINDS)    # every result kind has its view
     assert isinstance(DESCRIBERS, Registry) and set(DESCRIBERS) == set(RESULT_KINDS)    # and its provenance
