@@ -64,6 +64,7 @@ __all__ = [
     "bin_percentiles",
     "fio_report",
     "latency_bins",
+    "latency_bins_both",
     "parse_fio_groups",
     "parse_fio_jobs",
     "parse_fio_output",
@@ -692,29 +693,46 @@ def latency_bins(text: str | bytes, *, source: str = "fio output",
     (plain ``json`` output, or job files without ``lat_percentiles=1``): nothing to store.
     Raises :class:`~labcontract.errors.FioError` like :func:`parse_fio_output`.
     """
+    total, clat = latency_bins_both(text, source=source)
+    return clat if completion else total
+
+
+def latency_bins_both(text: str | bytes, *, source: str = "fio output",
+                      ) -> tuple[tuple[LatBins, dict[str, LatBins]] | None, tuple[LatBins, dict[str, LatBins]] | None]:
+    """:func:`latency_bins` of the total latency and of the completion latency, from one reading of the report
+    (what the controller stores with every result)."""
     r, _version, jobs = _report_jobs(text, source)
-    total: dict[str, dict[int, int]] = {"read": {}, "write": {}}
-    per: dict[str, dict[str, dict[int, int]]] = {}
+    acc: dict[bool, tuple[dict[str, dict[int, int]], dict[str, dict[str, dict[int, int]]]] | None] = {
+        False: ({"read": {}, "write": {}}, {}), True: ({"read": {}, "write": {}}, {})}
     for i, job in enumerate(jobs):
         if not isinstance(job, dict):
             raise r.fail(f"jobs[{i}]: not an object")
         name = str(job.get("jobname") or f"jobs[{i}]")
-        mine_both = per.setdefault(name, {"read": {}, "write": {}})
         for direction in ("read", "write"):
-            acc = _DirAcc()
-            _read_direction(r, job, direction, f"jobs[{i}]", acc)
-            for part in acc.clat if completion else acc.lat:
-                if part.bins is None:
-                    return None
-                mine = mine_both[direction]
-                for value, count in part.bins.items():
-                    mine[value] = mine.get(value, 0) + count
-                    total[direction][value] = total[direction].get(value, 0) + count
+            parts = _DirAcc()
+            _read_direction(r, job, direction, f"jobs[{i}]", parts)
+            for completion, got in ((False, parts.lat), (True, parts.clat)):
+                into = acc[completion]
+                if into is None:
+                    continue
+                total, per = into
+                mine = per.setdefault(name, {"read": {}, "write": {}})[direction]
+                for part in got:
+                    if part.bins is None:
+                        acc[completion] = None
+                        break
+                    for value, count in part.bins.items():
+                        mine[value] = mine.get(value, 0) + count
+                        total[direction][value] = total[direction].get(value, 0) + count
 
     def pairs(bins: Mapping[str, Mapping[int, int]]) -> LatBins:
         return {d: [[v, c] for v, c in sorted(b.items()) if c > 0] for d, b in bins.items()}
 
-    return pairs(total), {name: pairs(b) for name, b in per.items()}
+    def out(into: tuple[dict[str, dict[int, int]], dict[str, dict[str, dict[int, int]]]] | None,
+            ) -> tuple[LatBins, dict[str, LatBins]] | None:
+        return None if into is None else (pairs(into[0]), {name: pairs(b) for name, b in into[1].items()})
+
+    return out(acc[False]), out(acc[True])
 
 
 def summary_row(m: StepMetrics) -> dict[str, float]:

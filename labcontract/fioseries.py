@@ -60,7 +60,9 @@ from labcontract.fioresult import StepMetrics, parse_fio_output
 
 __all__ = [
     "SecondSample",
+    "StatusStream",
     "parse_status_stream",
+    "read_status_stream",
     "series_summary",
     "split_status_stream",
 ]
@@ -404,6 +406,23 @@ def parse_status_stream(text: str | bytes, *, source: str = "fio output") -> tup
     backwards (naming the report, e.g. ``report[3]``) other than at the end of ``ramp_time``,
     or histogram bins are missing (plain ``json`` output).
     """
+    got = read_status_stream(text, source=source)
+    return got.samples, got.metrics
+
+
+@dataclass(frozen=True)
+class StatusStream:
+    """A ``--status-interval`` stream read once: its samples, the step's metrics and the text of the report they
+    are taken from (for :func:`~labcontract.fioresult.latency_bins` and per-device groups of the same report)."""
+
+    samples: list[SecondSample]
+    metrics: StepMetrics
+    final: str
+
+
+def read_status_stream(text: str | bytes, *, source: str = "fio output") -> StatusStream:
+    """:func:`parse_status_stream`, with the final report's text: ``split_status_stream(text)[-1]`` without
+    reading the stream a second time (the controller stores every result this way)."""
     s = _as_text(text)
     reports = _reports(s, source)
     start, end, _ = reports[-1]
@@ -411,7 +430,7 @@ def parse_status_stream(text: str | bytes, *, source: str = "fio output") -> tup
     snaps = [_snapshot(k, obj, source) for k, (_, _, obj) in enumerate(reports)]
     kept = _timeline(snaps, source)
     samples = [_interval(a, b, source) for a, b in itertools.pairwise(kept)]
-    return samples, metrics
+    return StatusStream(samples, metrics, s[start:end])
 
 
 def series_summary(samples: Sequence[SecondSample]) -> dict[str, list[float | None]]:

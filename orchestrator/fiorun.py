@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from labcontract.bounds import MAX_EPOCH
 from labcontract.errors import FioError, FioImportError, LabError, Problem
-from labcontract.fioresult import JobMetrics, LatBins, StepMetrics, fio_report, latency_bins, parse_fio_jobs
+from labcontract.fioresult import JobMetrics, LatBins, StepMetrics, fio_report, latency_bins_both, parse_fio_jobs
 from labcontract.protocol import ARTIFACT_MAX_BYTES, ENTRY_MAX_BYTES
 from labcontract.rundoc import MAX_STEPS, ResultDoc, RunDoc, StepDoc, problems_of
 
@@ -102,8 +102,7 @@ def parse_fio_file(raw: bytes, name: str) -> FioFile:
     try:
         report = fio_report(raw, source=name)
         jobs = parse_fio_jobs(raw, source=name)
-        bins = latency_bins(raw, source=name)
-        clat = latency_bins(raw, source=name, completion=True)
+        bins, clat = latency_bins_both(raw, source=name)
     except FioError as e:
         raise FioImportError([Problem(name, str(e).removeprefix(f"{name}: "))]) from None
     except ValidationError as e:            # a figure fio never writes (a negative rate, a count below one)

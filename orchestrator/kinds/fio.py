@@ -16,8 +16,8 @@ from labcontract.drivetemp import ARTIFACT as TEMP_ARTIFACT
 from labcontract.drivetemp import parse_drive_temp, summary
 from labcontract.errors import FioError, ProtocolError, StepOutputError
 from labcontract.fiojob import device_section, render_job
-from labcontract.fioresult import StepMetrics, latency_bins, parse_fio_groups
-from labcontract.fioseries import parse_status_stream, series_summary, split_status_stream
+from labcontract.fioresult import StepMetrics, latency_bins_both, parse_fio_groups
+from labcontract.fioseries import read_status_stream, series_summary
 from labcontract.hostcpu import HostCpu
 from labcontract.power import ARTIFACT as POWER_ARTIFACT
 from labcontract.power import parse_host_power
@@ -70,14 +70,14 @@ class FioKind(BaseKind):
         per_device: dict[str, Any] | None = None
         # With --status-interval=1 (always for preconditioning; for every step of a live run) fio's output
         # is a stream of cumulative reports, the last the final one; the step keeps its per-second series.
-        samples, metrics = parse_status_stream(raw, source=source)
-        metrics = metrics.model_copy(update={"host_cpu": host_cpu_of(att, stored or {}, metrics.combined.ios)})
-        series = series_summary(samples)
-        final = split_status_stream(raw, source=source)[-1]
+        stream = read_status_stream(raw, source=source)          # the stream read once
+        metrics = stream.metrics.model_copy(update={"host_cpu": host_cpu_of(att, stored or {},
+                                                                           stream.metrics.combined.ios)})
+        series = series_summary(stream.samples)
+        final = stream.final
         devices = run_devices(run)
-        bins = latency_bins(final, source=source)
+        bins, clat = latency_bins_both(final, source=source)   # the total latency's, and the completion latency's
         lat_hist: dict[str, Any] | None = dict(bins[0]) if bins else None
-        clat = latency_bins(final, source=source, completion=True)   # completion latency, beside the total
         if lat_hist is not None and clat and (clat[0]["read"] or clat[0]["write"]):
             lat_hist["clat"] = dict(clat[0])
         if len(devices) > 1:
