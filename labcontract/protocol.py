@@ -44,7 +44,7 @@ from labcontract.apps import AppStart
 from labcontract.bounds import Epoch
 from labcontract.errors import ProtocolError
 from labcontract.facts import DeclaredDut, HostFacts
-from labcontract.stepkinds import StepKindName
+from labcontract.stepkinds import AgentActionName, StepKindName
 from labcontract.suite import MAX_REPEAT, MAX_RUNTIME_S, MAX_SUITE_BYTES, Workload
 
 PROTOCOL_VERSION = 8   # 2: StartStep carries an action and a device list (device groups, purge)
@@ -139,7 +139,7 @@ class StartStep(Message):
     step_id: SafeId
     attempt_id: SafeId
     host: StartHost
-    action: Literal["fio", "purge", "net", "app"] = "fio"
+    action: AgentActionName = "fio"
     devices: Annotated[tuple[DeviceRef, ...], Field(max_length=256)]   # declared DUTs (several: a group); none: net
     job_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.%@-]{0,255}$")]   # the step's name
     # the step's phase (telemetry); provision / dut_state / facts steps run on the controller, never here

@@ -58,13 +58,14 @@ def test_the_step_kind_names_are_defined_once_and_match_the_registries() -> None
     from typing import get_args
 
     from agents.kinds import base as agent_kinds
-    from labcontract.stepkinds import AgentStepKindName, StepKindName
+    from labcontract.stepkinds import AgentActionName, AgentStepKindName, StepKindName
     from orchestrator import kinds
 
     assert set(kinds.names()) == set(get_args(StepKindName))
     agent_run = {n for n, (action, _v) in kinds.agent_kinds().items()}
     assert agent_run == set(get_args(AgentStepKindName))
     assert {action for action, _v in kinds.agent_kinds().values()} <= set(agent_kinds.actions())
+    assert set(get_args(AgentActionName)) == set(agent_kinds.actions())       # what a start message may name
 
 
 def test_the_exporters_idle_phases_are_the_kinds_own() -> None:
