@@ -57,7 +57,6 @@ from orchestrator.store.models import Device, NetGroup, PreconditionRecord, Regr
 HISTORY_POINTS = min(250, MAX_POINTS)   # a series is judged on its latest runs (a nightly: 8 months)
 THRESHOLD_PCT = 5.0        # a change smaller than this (in % of the mean before) is never a regression
 OUTLIER_SD = 3.0           # the last-point rule's band: mean +- max(OUTLIER_SD sd, THRESHOLD_PCT % of the mean)
-MEASURED_KINDS = ("measure", "app", "net")
 
 
 @dataclass
