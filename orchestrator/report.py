@@ -68,15 +68,30 @@ def _cpu_per_io(m: dict[str, Any] | None) -> str:
     return "-" if v is None else f"{v:,.2f}"
 
 
+def _fio_figures(result: Result) -> list[str]:
+    bw = None if result.bw_bytes is None else result.bw_bytes / 1e6
+    return [_n(result.iops), _us(result.lat_mean_ns), _us(result.lat_max_ns),
+            _us(result.lat_stddev_ns), _n(result.read_iops), _n(result.write_iops), _n(bw, "{:,.1f}"),
+            _us(result.lat_p99_ns), _clat_p99(result.metrics), _cpu_per_io(result.metrics)]
+
+
+def _headline_figures(result: Result) -> list[str]:
+    """Any other kind of result in a step's row: its kind-neutral headline rate (``throughput`` in its own unit)."""
+    rate = "-" if result.throughput is None else f"{result.throughput:,.1f} {result.throughput_unit}".strip()
+    return [rate] + ["-"] * (len(COLUMNS) - 4)
+
+
+# a step's figures in the results table by its result's kind (Result.kind); a kind not registered: its headline rate
+STEP_FIGURES: Registry[Callable[[Result], list[str]]] = Registry("step figures of a result kind")
+STEP_FIGURES.add("fio", _fio_figures)
+
+
 def step_row(step: Step, result: Result | None) -> list[str]:
     head = [step.name, step.state if step.kind == "measure" else f"{step.kind} {step.state}",
             cell_label(step.cell, step.workload) if step.workload else "-"]
     if result is None:
         return head + ["-"] * (len(COLUMNS) - len(head))
-    bw = None if result.bw_bytes is None else result.bw_bytes / 1e6
-    return [*head, _n(result.iops), _us(result.lat_mean_ns), _us(result.lat_max_ns),
-            _us(result.lat_stddev_ns), _n(result.read_iops), _n(result.write_iops), _n(bw, "{:,.1f}"),
-            _us(result.lat_p99_ns), _clat_p99(result.metrics), _cpu_per_io(result.metrics)]
+    return [*head, *STEP_FIGURES.get(result.kind, _headline_figures)(result)]
 
 
 def table_rows(detail: RunDetail, *, rounds: bool = False) -> list[list[str]]:

@@ -132,3 +132,20 @@ def test_export_results_and_app_series(tmp_path: Path) -> None:
     series = json.loads(out.getvalue())["app_series"]
     assert len(series) == 5 * 10 and series[0]["series"] == "tps" and series[0]["t"] == 1
     assert series[0]["value"] == pytest.approx(180.0) and series[0]["threads"] == 2
+
+
+def test_a_step_row_reads_its_result_by_kind_and_any_other_kind_by_its_headline_rate() -> None:
+    """report.STEP_FIGURES: a fio result gives fio's columns; a result of a kind with no entry (a new step kind's)
+    its kind-neutral headline rate in the first figure column, the row as wide as the table."""
+    from orchestrator.report import COLUMNS, STEP_FIGURES, step_row
+
+    assert set(STEP_FIGURES) == {"fio"}
+    st = Step(id="r-s001", run_id="r", seq=1, round=0, kind="measure", name="w", cell={}, note="", workload=None,
+              job_text="", state="SUCCEEDED", reason="")
+    fio = Result(kind="fio", iops=1234.0, read_iops=1234.0, write_iops=0.0, bw_bytes=5e6, lat_mean_ns=80_000.0,
+                 lat_max_ns=900_000.0, lat_stddev_ns=10_000.0, lat_p99_ns=200_000.0, metrics=None)
+    row = step_row(st, fio)
+    assert len(row) == len(COLUMNS) and row[3:5] == ["1,234", "80.0"] and row[9] == "5.0"
+    other = Result(kind="idle", throughput=2.5, throughput_unit="waits/s")
+    row = step_row(st, other)
+    assert len(row) == len(COLUMNS) and row[3] == "2.5 waits/s" and set(row[4:]) == {"-"}
